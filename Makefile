@@ -1,0 +1,60 @@
+# crosszone: build, test and demo. Every target installs what it needs, idempotently.
+SHELL := /bin/bash
+VENV  := .venv
+PY    := $(VENV)/bin/python
+BUILD := build
+BPF_SRC := src/crosszone/fastpath/bpf
+BPF_HDRS := $(wildcard $(BPF_SRC)/*.h)
+BPF_CFLAGS := -O2 -g -target bpf -Wall -Werror -I/usr/include/$(shell uname -m)-linux-gnu
+APT_PKGS := clang llvm libbpf-dev bpftool iproute2 nftables frr nginx-light etcd-server \
+            etcd-client iputils-ping tcpdump libelf1
+BPF_OBJS := $(BUILD)/xdp_gateway.o $(BUILD)/xdp_gateway_lpm.o $(BUILD)/xdp_floor.o $(BUILD)/xdp_pass.o
+
+.PHONY: setup apt venv build test test-unit demo bench clean
+
+setup: $(BUILD)/.apt-stamp $(VENV)/.stamp
+
+$(BUILD)/.apt-stamp:
+	@mkdir -p $(BUILD)
+	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@# frr and nginx may start system-wide services on install; the emulator runs its own copies.
+	@touch $@
+
+$(VENV)/.stamp: pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip >/dev/null
+	@$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+build: setup $(BPF_OBJS)
+
+$(BUILD)/xdp_gateway.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS)
+	@mkdir -p $(BUILD)
+	clang $(BPF_CFLAGS) -c $< -o $@
+
+$(BUILD)/xdp_gateway_lpm.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS)
+	@mkdir -p $(BUILD)
+	clang $(BPF_CFLAGS) -DCZ_ROUTES_LPM_TRIE -c $< -o $@
+
+$(BUILD)/%.o: $(BPF_SRC)/%.c $(BPF_HDRS)
+	@mkdir -p $(BUILD)
+	clang $(BPF_CFLAGS) -c $< -o $@
+
+test: build
+	$(PY) -m pytest -q tests
+
+test-unit: setup
+	$(PY) -m pytest -q -m unit tests
+
+demo: build
+	$(VENV)/bin/crosszone demo
+
+bench: build
+	$(VENV)/bin/crosszone bench fastpath --json
+
+clean:
+	rm -rf $(BUILD)

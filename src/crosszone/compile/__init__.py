@@ -1,0 +1,1 @@
+"""crosszone.compile package."""

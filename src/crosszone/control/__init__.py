@@ -1,0 +1,1 @@
+"""crosszone.control package."""

@@ -1,0 +1,1 @@
+"""crosszone.emulate package."""

@@ -1,0 +1,1 @@
+"""crosszone.plan package."""

@@ -1,0 +1,231 @@
+"""The catalog of gateway platforms: what one device forwards, occupies, draws and costs.
+
+A catalog is YAML (see examples/catalog.yaml). It is validated completely and then frozen: unknown
+keys, wrong types and missing fields are errors, and every figure must name its source in the
+platform's `sources` map, because a capacity plan is only as good as the numbers it is built on and
+a reader must be able to tell a datasheet figure from a placeholder.
+
+Two platform models exist:
+- `fixed`: a device with a quoted forwarding rate (x86 software gateway, Tofino-class switch).
+- `xdp-server`: a commodity server running the crosszone XDP fast path, whose rate is derived from
+  a measured per-core cost (ns per packet, from `crosszone bench fastpath`) and bounded by its NIC
+  ports and PCIe.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Annotated, Any, ClassVar, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from crosszone.plan.units import PlanInputError
+
+__all__ = [
+    "TableLimits",
+    "FixedPlatform",
+    "XdpServerPlatform",
+    "Platform",
+    "Catalog",
+    "load_catalog",
+    "read_fastpath_bench",
+    "apply_fastpath_bench",
+]
+
+_FROZEN = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+class TableLimits(BaseModel):
+    """Entry counts a platform's forwarding tables hold; None means bounded only by memory."""
+
+    model_config = _FROZEN
+
+    vpcs: Annotated[int, Field(ge=0)] | None
+    routes: Annotated[int, Field(ge=0)] | None
+    hosts: Annotated[int, Field(ge=0)] | None
+
+
+class _PlatformBase(BaseModel):
+    """Fields every platform carries."""
+
+    model_config = _FROZEN
+
+    name: Annotated[str, Field(min_length=1)]
+    description: str = ""
+    rack_u: Annotated[float, Field(gt=0)]
+    power_w: Annotated[float, Field(ge=0)]
+    price_usd: Annotated[float, Field(ge=0)]
+    tables: TableLimits
+    sources: dict[str, Annotated[str, Field(min_length=1)]]
+
+    # Fields that are figures (numbers someone measured or quoted) and so need a source.
+    _FIGURES: ClassVar[tuple[str, ...]] = ("rack_u", "power_w", "price_usd", "tables")
+
+    @model_validator(mode="after")
+    def _every_figure_has_a_source(self) -> _PlatformBase:
+        figures = self._figure_names()
+        for key in self.sources:
+            if key not in figures:
+                raise ValueError(
+                    f"sources.{key}: not a figure of a {self.model_name()} platform "
+                    f"(figures: {', '.join(figures)})"
+                )
+        for key in figures:
+            if getattr(self, key) is not None and key not in self.sources:
+                raise ValueError(f"sources.{key}: missing; every figure must name its source")
+        return self
+
+    def _figure_names(self) -> tuple[str, ...]:
+        return self._FIGURES
+
+    def model_name(self) -> str:
+        """The platform model tag ('fixed' or 'xdp-server')."""
+        return str(getattr(self, "model"))
+
+
+class FixedPlatform(_PlatformBase):
+    """A device with a quoted forwarding rate (and optionally a packet-rate ceiling)."""
+
+    model: Literal["fixed"]
+    gbps_per_device: Annotated[float, Field(gt=0)]
+    mpps_per_device: Annotated[float, Field(gt=0)] | None = None
+
+    def _figure_names(self) -> tuple[str, ...]:
+        return self._FIGURES + ("gbps_per_device", "mpps_per_device")
+
+
+class XdpServerPlatform(_PlatformBase):
+    """A server running the crosszone XDP fast path; rate = cores x per-core packet rate, capped."""
+
+    model: Literal["xdp-server"]
+    ns_per_pkt: Annotated[float, Field(gt=0)]
+    bench_scenario: Annotated[str, Field(min_length=1)] = "ipv4_decap_1m_routes"
+    cores: Annotated[int, Field(gt=0)]
+    nic_ports: Annotated[int, Field(gt=0)]
+    port_gbps: Annotated[float, Field(gt=0)]
+    pcie_gbps: Annotated[float, Field(gt=0)]
+
+    def _figure_names(self) -> tuple[str, ...]:
+        return self._FIGURES + ("ns_per_pkt", "cores", "nic_ports", "port_gbps", "pcie_gbps")
+
+
+Platform = Annotated[FixedPlatform | XdpServerPlatform, Field(discriminator="model")]
+
+
+class Catalog(BaseModel):
+    """A validated, frozen list of platforms with unique names."""
+
+    model_config = _FROZEN
+
+    platforms: Annotated[list[Platform], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Catalog:
+        seen: set[str] = set()
+        for platform in self.platforms:
+            if platform.name in seen:
+                raise ValueError(f"platform name {platform.name!r} appears twice")
+            seen.add(platform.name)
+        return self
+
+
+_MODEL_TAGS = ("fixed", "xdp-server")
+
+
+def _field_path(loc: tuple[int | str, ...], raw: Any) -> str:
+    """Render a pydantic error location as 'platforms[1] (tofino-offload).rack_u'."""
+    parts: list[str] = []
+    node: Any = raw
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+            node = node[item] if isinstance(node, list) and item < len(node) else None
+            if isinstance(node, dict) and isinstance(node.get("name"), str):
+                parts.append(f" ({node['name']})")
+            continue
+        if item in _MODEL_TAGS and isinstance(node, dict) and node.get("model") == item:
+            continue  # the discriminated union adds the tag to the path; the reader did not write it
+        parts.append(f".{item}" if parts else str(item))
+        node = node.get(item) if isinstance(node, dict) else None
+    return "".join(parts)
+
+
+def load_catalog(text: str, source: str) -> Catalog:
+    """Validate catalog YAML text (from `source`, used in messages) into a frozen Catalog."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PlanInputError(source, "", f"not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise PlanInputError(source, "", "expected a mapping with a 'platforms' list")
+    try:
+        return Catalog.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        path = _field_path(tuple(err["loc"]), raw)
+        msg = str(err["msg"])
+        # Errors from our own validators arrive as "Value error, sources.x: ..."; keep the field.
+        msg = msg.removeprefix("Value error, ")
+        if err["type"] == "missing":
+            msg = "required field is missing"
+        elif err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        if "." in msg.split(":", 1)[0] and ":" in msg:
+            sub, msg = msg.split(":", 1)
+            path = f"{path}.{sub}" if path else sub
+            msg = msg.strip()
+        raise PlanInputError(source, path or "platforms", msg) from None
+
+
+def read_fastpath_bench(lines: Iterable[str], source: str) -> dict[str, float]:
+    """Map scenario -> ns_per_pkt from `crosszone bench fastpath --json` output (JSON lines).
+
+    Lines without ns_per_pkt (for example the route-programming benchmark) are skipped; blank
+    lines are ignored; anything that is not a JSON object is an error naming the line.
+    """
+    rates: dict[str, float] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise PlanInputError(source, f"line {number}", f"not JSON: {exc.msg}") from None
+        if not isinstance(obj, dict):
+            raise PlanInputError(source, f"line {number}", "expected a JSON object")
+        if "ns_per_pkt" not in obj:
+            continue
+        scenario = obj.get("scenario")
+        value = obj["ns_per_pkt"]
+        if not isinstance(scenario, str):
+            raise PlanInputError(source, f"line {number}.scenario", "missing or not a string")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise PlanInputError(
+                source, f"line {number}.ns_per_pkt", f"expected a positive number, got {value!r}"
+            )
+        rates[scenario] = float(value)
+    return rates
+
+
+def apply_fastpath_bench(catalog: Catalog, rates: dict[str, float], source: str) -> Catalog:
+    """Replace each xdp-server platform's ns_per_pkt by the measured one for its bench_scenario."""
+    platforms: list[FixedPlatform | XdpServerPlatform] = []
+    for platform in catalog.platforms:
+        if isinstance(platform, XdpServerPlatform):
+            if platform.bench_scenario not in rates:
+                known = ", ".join(sorted(rates)) or "none"
+                raise PlanInputError(
+                    source,
+                    f"scenario {platform.bench_scenario!r}",
+                    f"not found (needed by platform {platform.name!r}; scenarios with "
+                    f"ns_per_pkt: {known})",
+                )
+            sources = dict(platform.sources)
+            sources["ns_per_pkt"] = f"measured: {source}, scenario {platform.bench_scenario}"
+            platform = platform.model_copy(
+                update={"ns_per_pkt": rates[platform.bench_scenario], "sources": sources}
+            )
+        platforms.append(platform)
+    return catalog.model_copy(update={"platforms": platforms})

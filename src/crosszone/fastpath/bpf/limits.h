@@ -1,0 +1,25 @@
+/* Table sizes and protocol constants of the fast path. Every limit lives here, never as a bare
+ * number in a stage; the Python side reads the same values from the object's BTF-free constants
+ * mirror in crosszone/fastpath/layout.py (checked by a test against this file). */
+#ifndef CZ_LIMITS_H
+#define CZ_LIMITS_H
+
+#define CZ_MAX_VPCS        4096       /* VPC ids are dense: 0 .. CZ_MAX_VPCS-1 */
+#define CZ_MAX_ROUTES4     2097152    /* IPv4 routes over all VPCs (hash, not preallocated) */
+#define CZ_MAX_ROUTES6     1048576    /* IPv6 routes over all VPCs */
+#define CZ_MAX_HOSTS       1048576    /* (VPC, host address) entries, both families */
+#define CZ_MAX_VTEPS       1048576    /* (VNI, host VTEP) pairs allowed to send */
+#define CZ_MAX_SF          8192       /* storage-facing prefixes (one per VPC and family) */
+#define CZ_MAX_GROUPS      4096       /* ECMP groups */
+#define CZ_MAX_NEXTHOPS    4096       /* next hops over all groups */
+#define CZ_MAX_PORTS       64         /* gateway ports (devmap slots) */
+#define CZ_ECMP_BUCKETS    256        /* buckets per ECMP group; a power of two */
+#define CZ_MAX_PLENS4      33         /* distinct IPv4 prefix lengths per VPC: all of /0../32 */
+#define CZ_MAX_PLENS6      32         /* distinct IPv6 prefix lengths per VPC (validated) */
+
+#define CZ_VXLAN_PORT      4789
+#define CZ_OUTER_TTL       64
+#define CZ_SPORT_BASE      49152      /* VXLAN source ports 49152..65535 (RFC 7348 section 5) */
+#define CZ_SPORT_MASK      0x3fff
+
+#endif

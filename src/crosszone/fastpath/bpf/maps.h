@@ -1,0 +1,156 @@
+/* Every map of the gateway program, one line each on what it holds. Python opens them by name
+ * (crosszone/fastpath/tables.py); the big hashes are not preallocated so that memory follows use. */
+#ifndef CZ_MAPS_H
+#define CZ_MAPS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "structs.h"
+#include "reasons.h"
+
+/* The gateway itself: anycast VTEP, flags, compute-facing port. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cz_config);
+} config SEC(".maps");
+
+/* Port index -> ifindex and MACs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CZ_MAX_PORTS);
+	__type(key, __u32);
+	__type(value, struct cz_port);
+} ports SEC(".maps");
+
+/* Port index -> ifindex, for bpf_redirect_map. */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP);
+	__uint(max_entries, CZ_MAX_PORTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} tx_ports SEC(".maps");
+
+/* VNI -> VPC (id, translation, prefix lengths in use). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, CZ_MAX_VPCS);
+	__type(key, __u32);
+	__type(value, struct cz_vpc);
+} vpc_by_vni SEC(".maps");
+
+/* (VNI, outer source) pairs allowed to send: the anti-spoofing set. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, CZ_MAX_VTEPS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct cz_vtep_key);
+	__type(value, __u32);
+} vtep_allowed SEC(".maps");
+
+#ifndef CZ_ROUTES_LPM_TRIE
+/* (VPC, prefix length, masked IPv4 dst) -> route: one exact-match table for all lengths. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, CZ_MAX_ROUTES4);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct cz_route4_key);
+	__type(value, struct cz_route);
+} routes4 SEC(".maps");
+
+/* (VPC, prefix length, masked IPv6 dst) -> route. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, CZ_MAX_ROUTES6);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct cz_route6_key);
+	__type(value, struct cz_route);
+} routes6 SEC(".maps");
+#else
+/* Baseline only (benchmark): the same routes in the kernel's LPM trie. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, CZ_MAX_ROUTES4);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct cz_lpm4_key);
+	__type(value, struct cz_route);
+} routes4_lpm SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, CZ_MAX_ROUTES6);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct cz_lpm6_key);
+	__type(value, struct cz_route);
+} routes6_lpm SEC(".maps");
+#endif
+
+/* ECMP group -> bucket table. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CZ_MAX_GROUPS);
+	__type(key, __u32);
+	__type(value, struct cz_group);
+} ecmp_groups SEC(".maps");
+
+/* Next hop id -> port and MAC. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CZ_MAX_NEXTHOPS);
+	__type(key, __u32);
+	__type(value, struct cz_nexthop);
+} nexthops SEC(".maps");
+
+/* Storage-facing IPv4 prefix -> VPC (replies from the storage zone). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, CZ_MAX_SF);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct cz_sf4_key);
+	__type(value, struct cz_sf);
+} sf4 SEC(".maps");
+
+/* Storage-facing IPv6 prefix -> VPC. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, CZ_MAX_SF);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct cz_sf6_key);
+	__type(value, struct cz_sf);
+} sf6 SEC(".maps");
+
+/* (VPC, family, inner address) -> host VTEP and MAC. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, CZ_MAX_HOSTS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct cz_host_key);
+	__type(value, struct cz_host);
+} hosts SEC(".maps");
+
+/* Reason -> packets and bytes, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CZ_R_MAX);
+	__type(key, __u32);
+	__type(value, struct cz_counter);
+} reason_stats SEC(".maps");
+
+/* VPC id -> forwarded packets and bytes in both directions, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CZ_MAX_VPCS);
+	__type(key, __u32);
+	__type(value, struct cz_vpc_counter);
+} vpc_stats SEC(".maps");
+
+/* The last verdict on this CPU (debugging: `crosszone fastpath run`). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cz_trace);
+} trace SEC(".maps");
+
+#endif

@@ -1,0 +1,161 @@
+/* Binary layout shared with Python. Each struct is mirrored in crosszone/fastpath/layout.py and a
+ * test compares sizes and offsets with the BTF of the compiled object. All addresses and ports are
+ * in network byte order; every other field is host order. */
+#ifndef CZ_STRUCTS_H
+#define CZ_STRUCTS_H
+
+#include <linux/types.h>
+#include "limits.h"
+#include "reasons.h"
+
+#define CZ_CFG_TRACE      (1u << 0)   /* record the last verdict per CPU in the trace map */
+
+#define CZ_VPC_HAS4       (1u << 0)   /* VPC has an IPv4 prefix */
+#define CZ_VPC_HAS6       (1u << 1)
+#define CZ_VPC_XLAT4      (1u << 2)   /* IPv4 source is translated (not identity) */
+#define CZ_VPC_XLAT6      (1u << 3)
+
+#define CZ_ACT_FORWARD    1
+#define CZ_ACT_BLACKHOLE  2
+#define CZ_ACT_SLOWPATH   3
+
+/* config[0]: the gateway itself. */
+struct cz_config {
+	__be32 vtep;            /* anycast VTEP: outer dst of VXLAN we own, outer src of replies */
+	__u32 flags;            /* CZ_CFG_* */
+	__u32 compute_port;     /* port index facing the compute zone */
+	__u32 reserved;
+};
+
+/* ports[i]: a gateway port. The devmap tx_ports holds the same ifindex for XDP_REDIRECT. */
+struct cz_port {
+	__u32 ifindex;          /* 0 = slot unused */
+	__u8 mac[6];            /* our MAC on this port: source MAC of frames sent there */
+	__u8 next_hop_mac[6];   /* default next hop on this port (compute zone router) */
+};
+
+/* vpc_by_vni: VNI -> VPC. Holds the translation and the prefix lengths in use, longest first. */
+struct cz_vpc {
+	__u32 vpc_id;
+	__u32 flags;            /* CZ_VPC_* */
+	__be32 prefix4;         /* VPC address space (masked) */
+	__be32 mask4;
+	__be32 sf4;             /* storage-facing prefix (masked) */
+	__u8 prefix6[16];
+	__u8 mask6[16];
+	__u8 sf6[16];
+	__u8 n_plens4;
+	__u8 n_plens6;
+	__u8 plens4[CZ_MAX_PLENS4];   /* descending */
+	__u8 plens6[CZ_MAX_PLENS6];   /* descending */
+	__u8 reserved;
+};
+
+/* vtep_allowed: (VNI, outer source) pairs that may send into that VNI. */
+struct cz_vtep_key {
+	__u32 vni;
+	__be32 vtep;
+};
+
+/* routes4: (VPC, prefix length, masked destination) -> route. One hash lookup per length in use. */
+struct cz_route4_key {
+	__u32 vpc_id;
+	__u32 plen;
+	__be32 addr;
+};
+
+struct cz_route6_key {
+	__u32 vpc_id;
+	__u32 plen;
+	__u8 addr[16];
+};
+
+/* Baseline layout for the kernel LPM trie: VPC id (big endian) then address, prefixlen = 32+plen. */
+struct cz_lpm4_key {
+	__u32 prefixlen;
+	__be32 vpc_id;
+	__be32 addr;
+};
+
+struct cz_lpm6_key {
+	__u32 prefixlen;
+	__be32 vpc_id;
+	__u8 addr[16];
+};
+
+struct cz_route {
+	__u32 action;           /* CZ_ACT_* */
+	__u32 group;            /* ECMP group when forwarding */
+};
+
+/* ecmp_groups[g]: bucket -> next hop id, filled by the control plane with rendezvous hashing so
+ * that removing a member moves only that member's buckets. */
+struct cz_group {
+	__u32 n_members;        /* 0 = group unusable */
+	__u32 reserved;
+	__u16 buckets[CZ_ECMP_BUCKETS];
+};
+
+/* nexthops[n]: where a bucket sends packets. */
+struct cz_nexthop {
+	__u32 port;
+	__u8 mac[6];            /* destination MAC (storage router or node) */
+	__u16 reserved;
+};
+
+/* sf4/sf6 (LPM tries, one entry per VPC and family): storage-facing dst -> VPC. */
+struct cz_sf4_key {
+	__u32 prefixlen;
+	__be32 addr;
+};
+
+struct cz_sf6_key {
+	__u32 prefixlen;
+	__u8 addr[16];
+};
+
+struct cz_sf {
+	__u32 vpc_id;
+	__u32 vni;
+	__u8 prefix[16];        /* VPC prefix (IPv4 in the first 4 bytes) */
+	__u8 mask[16];
+	__u8 router_mac[6];     /* inner source MAC of replies */
+	__u16 identity;         /* 1 = no translation */
+};
+
+/* hosts: (VPC, family, inner address) -> where the host lives. */
+struct cz_host_key {
+	__u32 vpc_id;
+	__u32 family;           /* 4 or 6 */
+	__u8 addr[16];          /* IPv4 in the first 4 bytes, rest zero */
+};
+
+struct cz_host {
+	__be32 vtep;
+	__u8 mac[6];
+	__u16 reserved;
+};
+
+struct cz_counter {
+	__u64 packets;
+	__u64 bytes;
+};
+
+struct cz_vpc_counter {
+	__u64 to_storage_packets;
+	__u64 to_storage_bytes;
+	__u64 to_compute_packets;
+	__u64 to_compute_bytes;
+};
+
+/* trace[0] (per CPU, only with CZ_CFG_TRACE): the last packet's verdict, for `fastpath run`. */
+struct cz_trace {
+	enum cz_reason reason;  /* an enum here puts the reason names into the object's BTF */
+	__u32 port;             /* egress port, or CZ_NO_PORT */
+	__u32 vpc_id;
+	__u32 seq;
+};
+
+#define CZ_NO_PORT 0xffffffffu
+
+#endif

@@ -45,6 +45,7 @@ def _fn(name: str, restype: Any, *argtypes: Any) -> Any:
 # Kernel constants (include/uapi/linux/bpf.h, if_link.h).
 BPF_ANY, BPF_NOEXIST, BPF_EXIST, BPF_F_LOCK = 0, 1, 2, 4
 BPF_F_NO_PREALLOC = 1
+BPF_F_RDONLY_PROG = 1 << 7
 BPF_F_TEST_RUN_ON_CPU = 1 << 0
 BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
 XDP_FLAGS_UPDATE_IF_NOEXIST = 1 << 0
@@ -156,6 +157,9 @@ _map_name = _fn("bpf_map__name", c_char_p, c_void_p)
 _map_fd = _fn("bpf_map__fd", c_int, c_void_p)
 _map_is_internal = _fn("bpf_map__is_internal", ctypes.c_bool, c_void_p)
 _map_set_pin_path = _fn("bpf_map__set_pin_path", c_int, c_void_p, c_char_p)
+_map_type = _fn("bpf_map__type", c_int, c_void_p)
+_map_flags = _fn("bpf_map__map_flags", c_u32, c_void_p)
+_map_set_flags = _fn("bpf_map__set_map_flags", c_int, c_void_p, c_u32)
 _prog_name = _fn("bpf_program__name", c_char_p, c_void_p)
 _prog_fd = _fn("bpf_program__fd", c_int, c_void_p)
 _prog_section = _fn("bpf_program__section_name", c_char_p, c_void_p)
@@ -316,7 +320,9 @@ class BpfMap:
         self.value_size = value_size
         self.max_entries = max_entries
         self._owns_fd = owns_fd
-        self._batch_ok = True
+        # False once the kernel said this map type has no batch ops (ENOTSUPP); tests and
+        # callers may set it to force the per-entry loop.
+        self.use_batch_syscall = True
         self.percpu = map_type in _PERCPU_TYPES
         self.ncpus = possible_cpus() if self.percpu else 1
         # Per-CPU maps exchange round_up(value_size, 8) bytes for each possible CPU.
@@ -481,7 +487,7 @@ class BpfMap:
         kaddr, vaddr = ctypes.addressof(kbuf), ctypes.addressof(vbuf)
         ks, vs = self.key_size, self.value_stride
         done = 0
-        if self._batch_ok:
+        if self.use_batch_syscall:
             opts = _BatchOpts(sz=ctypes.sizeof(_BatchOpts), elem_flags=flags)
             count = c_u32()
             while done < n:
@@ -499,7 +505,7 @@ class BpfMap:
                     # no map_update_batch op (devmap; LPM tries before 6.x). EINVAL: let the
                     # per-entry loop redo the call and name the entry that is wrong.
                     if done == 0 and err in _NO_BATCH:
-                        self._batch_ok = False
+                        self.use_batch_syscall = False
                         break
                     if done == 0 and err == errno_mod.EINVAL:
                         break
@@ -528,7 +534,7 @@ class BpfMap:
         kbuf = (ctypes.c_char * len(kb)).from_buffer_copy(kb)
         kaddr, ks = ctypes.addressof(kbuf), self.key_size
         deleted = pos = 0
-        if self._batch_ok:
+        if self.use_batch_syscall:
             opts = _BatchOpts(sz=ctypes.sizeof(_BatchOpts))
             count = c_u32()
             while pos < n:
@@ -541,7 +547,7 @@ class BpfMap:
                     # count may not have been written back: the loop below takes over from
                     # this chunk and names the failing entry, if any.
                     if err in _NO_BATCH:
-                        self._batch_ok = False
+                        self.use_batch_syscall = False
                     break
                 deleted += count.value
                 pos += count.value
@@ -754,6 +760,13 @@ class BpfObject:
                         name = _map_name(m).decode()
                         pin = _path(Path(pin_maps_dir) / name)
                         _check(_map_set_pin_path(m, pin), "bpf_map__set_pin_path", name)
+                        # The kernel adds BPF_F_RDONLY_PROG to every devmap it creates (and
+                        # refuses it from user space); libbpf 1.1 compares flags before reusing
+                        # a pin, so mirror the kernel's flags only when a pin is there.
+                        devmap = _map_type(m) in (MapType.DEVMAP, MapType.DEVMAP_HASH)
+                        if devmap and os.path.exists(pin):
+                            flags = _map_flags(m) | BPF_F_RDONLY_PROG
+                            _check(_map_set_flags(m, flags), "bpf_map__set_map_flags", name)
                     m = _next_map(ptr, m)
             _recent.clear()
             rc = _obj_load(ptr)

@@ -1,0 +1,150 @@
+"""The crosszone gateway in the emulation: an intent file per gateway and the fast-path commands.
+
+The namespace itself is plumbed like every gateway (links, anycast VTEP on lo, FRR); what makes it
+a crosszone gateway is the XDP program attached by `crosszone fastpath attach`, which reads the
+intent written here. The emulator only speaks to the fast path through that CLI (its contract:
+attach/detach/stats), so the two can evolve separately.
+
+The intent describes exactly this deployment: the compute interface's next hop is the compute
+router's MAC on that link, the storage pool's next hop is the storage router's MAC on the storage
+link (the router then forwards to the nodes), and the host table has one entry per workload
+endpoint (host VTEP, inner address, inner MAC).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from crosszone.emulate.netns import Cmd, Op, WriteFile
+from crosszone.emulate.topology import RUN_DIR, Gateway, Plan, router_mac
+
+POOL = "storage"
+
+
+def crosszone_bin() -> str:
+    """The `crosszone` entry point of the running interpreter's environment."""
+    return str(Path(sys.executable).parent / "crosszone")
+
+
+def fastpath_available() -> bool:
+    """True once `crosszone fastpath attach` exists (its --help exits 0)."""
+    try:
+        res = subprocess.run([crosszone_bin(), "fastpath", "attach", "--help"],
+                             capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return res.returncode == 0
+
+
+def intent_path(gw: Gateway) -> Path:
+    """Where the intent of `gw` is written."""
+    return RUN_DIR / "intent" / f"{gw.name}.yaml"
+
+
+def intent(p: Plan, gw: Gateway) -> dict[str, Any]:
+    """The intent document (docs/intent.md, version 1) for one crosszone gateway."""
+    vpcs = [
+        {
+            "name": f"vpc-{vpc.name}",
+            "vni": vpc.vni,
+            "prefixes": [str(vpc.prefix)],
+            "storage_facing": [str(vpc.storage_facing)],
+            "router_mac": router_mac(v),
+            "storage_pools": [POOL],
+        }
+        for v, vpc in enumerate(p.spec.vpcs, start=1)
+    ]
+    hosts = [
+        {
+            "name": ep.name,
+            "vpc": f"vpc-{ep.vpc.name}",
+            "vtep": p.hosts[ep.host - 1].vtep,
+            "addresses": [ep.addr],
+            "mac": ep.mac,
+        }
+        for ep in p.endpoints
+    ]
+    return {
+        "version": 1,
+        "gateway": {
+            "name": gw.name,
+            "vtep": str(p.spec.anycast_vtep),
+            "interfaces": [
+                {"name": "c0", "role": "compute", "mac": gw.compute_mac,
+                 "next_hop_mac": gw.compute_peer_mac},
+                {"name": "s0", "role": "storage", "mac": gw.storage_mac},
+            ],
+        },
+        "vpcs": vpcs,
+        "hosts": hosts,
+        "storage_pools": [
+            {
+                "name": POOL,
+                "prefixes": [str(p.spec.storage.subnet)],
+                "next_hops": [{"name": "storage-router", "interface": "s0",
+                               "mac": gw.storage_peer_mac}],
+            }
+        ],
+    }
+
+
+def intent_ops(p: Plan, gw: Gateway) -> list[Op]:
+    """Write the intent file of `gw`."""
+    text = yaml.safe_dump(intent(p, gw), sort_keys=False)
+    return [WriteFile(intent_path(gw), text)]
+
+
+def attach_ops(gw: Gateway) -> list[Op]:
+    """Load and attach the fast path in `gw`'s namespace, maps pinned under its pin dir."""
+    return [
+        Cmd(("mkdir", "-p", str(gw.pin_dir))),
+        Cmd((crosszone_bin(), "fastpath", "attach", "--netns", gw.ns,
+             "--intent", str(intent_path(gw)), "--pin-dir", str(gw.pin_dir))),
+    ]
+
+
+def detach_ops(gw: Gateway) -> list[Op]:
+    """Undo attach; tolerant of a fast path that was never attached."""
+    return [Cmd((crosszone_bin(), "fastpath", "detach", "--netns", gw.ns,
+                 "--pin-dir", str(gw.pin_dir)), check=False)]
+
+
+def read_stats(gw: Gateway) -> dict[str, Any]:
+    """Fast-path counters of `gw` (empty when not attached or not available)."""
+    try:
+        res = subprocess.run([crosszone_bin(), "fastpath", "stats", "--pin-dir", str(gw.pin_dir),
+                              "--json"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    if res.returncode != 0:
+        return {}
+    try:
+        data = json.loads(res.stdout)
+    except json.JSONDecodeError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def dropped_from_stats(stats: dict[str, Any]) -> int:
+    """Sum of drop counters in a stats document, whatever its exact nesting."""
+    total = 0
+
+    def walk(node: Any, in_drop: bool) -> None:
+        nonlocal total
+        if isinstance(node, dict):
+            for key, val in node.items():
+                walk(val, in_drop or "drop" in str(key).lower())
+        elif isinstance(node, list):
+            for val in node:
+                walk(val, in_drop)
+        elif in_drop and isinstance(node, int | float) and not isinstance(node, bool):
+            total += int(node)
+
+    walk(stats, False)
+    return total

@@ -1,0 +1,364 @@
+"""Bring the emulated deployment up and down, report its status, switch gateway sets.
+
+`build_ops` is the whole plan as a list of operations (tested without root); `up` applies it
+through an Executor, then waits (injected clock) for BGP to converge. `down` removes everything,
+from the state file and by sweeping the `czemu-` prefix, and works after a crash.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from crosszone.emulate import crosszone_gateway as xgw
+from crosszone.emulate import frr, legacy_gateway, netns, storage
+from crosszone.emulate import state as st
+from crosszone.emulate.netns import Executor, Op, in_ns
+from crosszone.emulate.topology import (
+    INNER_MTU,
+    PIN_ROOT,
+    PREFIX,
+    RUN_DIR,
+    ActiveSet,
+    Gateway,
+    Plan,
+    TopologySpec,
+    plan,
+    router_mac,
+)
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], None]
+
+
+class DeployError(RuntimeError):
+    """The deployment could not be brought to the requested state."""
+
+
+def _host_ops(p: Plan) -> list[Op]:
+    """GPU hosts: per VPC a bridge + VXLAN device toward the anycast VTEP (the VPC vSwitch)."""
+    ops: list[Op] = []
+    for h in p.hosts:
+        ops += netns.ns_sysctls(h.ns, forwarding=False)
+        # Only the anycast VTEP is routed: the host has no path anywhere else.
+        ops.append(in_ns(h.ns, "ip", "route", "replace", f"{p.spec.anycast_vtep}/32",
+                         "via", f"10.1.{h.index}.1"))
+        for ep in h.endpoints:
+            vx, br = legacy_gateway.vxlan_name(ep.vpc), f"br-{ep.vpc.name}"
+            ops += [
+                in_ns(h.ns, "ip", "link", "add", br, "mtu", str(INNER_MTU), "type", "bridge",
+                      check=False),
+                in_ns(h.ns, "ip", "link", "del", vx, check=False),
+                # `remote` = anycast: unknown destinations (the VPC router MAC included) are
+                # tunnelled to the gateways; the routers pick a gateway by ECMP.
+                in_ns(h.ns, "ip", "link", "add", vx, "mtu", str(INNER_MTU), "type", "vxlan",
+                      "id", str(ep.vpc.vni), "local", h.vtep, "remote", str(p.spec.anycast_vtep),
+                      "dstport", str(legacy_gateway.VXLAN_PORT), "nolearning"),
+                in_ns(h.ns, "ip", "link", "set", vx, "master", br),
+                in_ns(h.ns, "ip", "link", "set", f"ep-{ep.vpc.name}", "master", br),
+                in_ns(h.ns, "ip", "link", "set", vx, "up"),
+                in_ns(h.ns, "ip", "link", "set", br, "up"),
+            ]
+            v = p.spec.vpcs.index(ep.vpc) + 1
+            ops += netns.ns_sysctls(ep.ns, forwarding=False)
+            # The VPC router is virtual (it is every gateway): a permanent neighbour entry
+            # stands in for the ARP answer a real vSwitch would give locally.
+            ops.append(in_ns(ep.ns, "ip", "neigh", "replace", ep.gw_addr, "lladdr",
+                             router_mac(v), "dev", "eth0", "nud", "permanent"))
+            for dst in [str(p.spec.storage.subnet)] + [str(x.storage_facing)
+                                                      for x in p.spec.vpcs]:
+                ops.append(in_ns(ep.ns, "ip", "route", "replace", dst, "via", ep.gw_addr))
+    return ops
+
+
+def _gateway_base_ops(p: Plan, gw: Gateway) -> list[Op]:
+    ops: list[Op] = list(netns.ns_sysctls(gw.ns, forwarding=True))
+    ops.append(in_ns(gw.ns, "ip", "addr", "replace", f"{p.spec.anycast_vtep}/32", "dev", "lo"))
+    return ops
+
+
+def is_announcing(gw: Gateway, active: ActiveSet) -> bool:
+    """Whether a gateway of this kind announces under the active set."""
+    return active == "both" or active == gw.kind
+
+
+def build_ops(p: Plan, active: ActiveSet) -> list[Op]:
+    """Every operation of `up`, in order (fast-path attach excluded: it is optional)."""
+    ops: list[Op] = [op for op in netns.plan_namespaces(p)]
+    for link in p.links:
+        ops += netns.plan_link(link)
+    ops += _host_ops(p)
+    for ns in (p.compute_router_ns, p.storage_router_ns):
+        ops += netns.ns_sysctls(ns, forwarding=True)
+    sr = p.storage_router_ns
+    ops += [
+        in_ns(sr, "ip", "link", "add", "stlan", "type", "bridge", check=False),
+        in_ns(sr, "ip", "addr", "replace", f"{p.storage_gw_addr}/{p.spec.storage.subnet.prefixlen}",
+              "dev", "stlan"),
+        in_ns(sr, "ip", "link", "set", "stlan", "up"),
+    ]
+    ops += [in_ns(sr, "ip", "link", "set", f"{n.name}", "master", "stlan")
+            for n in p.storage_nodes]
+    for gw in p.gateways:
+        ops += _gateway_base_ops(p, gw)
+        if gw.kind == "legacy":
+            ops += legacy_gateway.plan_legacy(p, gw)
+        else:
+            ops += xgw.intent_ops(p, gw)
+    for node in p.storage_nodes:
+        ops += storage.plan_node(p, node)
+    ops += frr.start_ops(p.compute_router_ns, frr.router_config(p, "compute"), p.spec)
+    ops += frr.start_ops(p.storage_router_ns, frr.router_config(p, "storage"), p.spec)
+    for gw in p.gateways:
+        # A crosszone gateway starts silent; it is announced once its fast path is attached.
+        announce = is_announcing(gw, active) and gw.kind == "legacy"
+        ops += frr.start_ops(gw.ns, frr.gateway_config(p, gw, announce), p.spec)
+    return ops
+
+
+def pidfiles(p: Plan) -> list[Path]:
+    """Every pidfile the deployment's daemons write."""
+    files = [frr.frr_dir(ns) / f"{d}.pid"
+             for ns in [p.compute_router_ns, p.storage_router_ns] + [g.ns for g in p.gateways]
+             for d in frr.DAEMONS]
+    return files + [storage.pidfile(n) for n in p.storage_nodes]
+
+
+@dataclass
+class Deployment:
+    """A deployment bound to an executor and a clock."""
+
+    plan: Plan
+    ex: Executor
+    clock: Clock = time.monotonic
+    sleep: Sleep = time.sleep
+    topology_path: str = ""
+
+    # ---- up ---------------------------------------------------------------------------------
+
+    def up(self, log: Callable[[str], None] = print) -> st.State:
+        """Build the deployment (tearing down a different or broken one first)."""
+        spec = self.plan.spec
+        old = st.load()
+        if old and old.complete and old.spec == spec.model_dump(mode="json") and self.healthy():
+            log("deployment already up")
+            return old
+        if old or netns.list_namespaces(self.ex, PREFIX):
+            log("removing previous deployment")
+            down(self.ex, log=log)
+        state = st.State(topology=self.topology_path, spec=spec.model_dump(mode="json"),
+                         namespaces=list(self.plan.namespaces),
+                         pidfiles=[str(f) for f in pidfiles(self.plan)],
+                         pin_dirs=[str(g.pin_dir) for g in self.plan.gateways_of("crosszone")],
+                         active="legacy" if spec.active == "crosszone" else spec.active)
+        st.save(state)  # first, so that an interrupted `up` can still be taken down
+        log(f"building {len(self.plan.namespaces)} namespaces")
+        self.ex.apply(build_ops(self.plan, spec.active))
+        crosszone_gws = self.plan.gateways_of("crosszone")
+        if crosszone_gws and xgw.fastpath_available():
+            for gw in crosszone_gws:
+                log(f"attaching fast path on {gw.name}")
+                self.ex.apply(xgw.attach_ops(gw))
+                state.fastpath[gw.name] = True
+                st.save(state)
+        elif crosszone_gws:
+            log("crosszone fast path not available: crosszone gateways stay unannounced")
+        self.wait_sessions()
+        state.complete = True
+        st.save(state)
+        if spec.active != "legacy" and any(state.fastpath.values()):
+            self.switch(spec.active, log=log)
+            return st.load() or state
+        self.wait_routes(state.active, state)
+        return state
+
+    # ---- convergence ------------------------------------------------------------------------
+
+    def _until(self, what: str, test: Callable[[], bool], timeout: float) -> float:
+        start = self.clock()
+        while True:
+            if test():
+                return self.clock() - start
+            if self.clock() - start > timeout:
+                raise DeployError(f"timed out after {timeout:.0f} s waiting for {what}")
+            self.sleep(0.1)
+
+    def wait_sessions(self, timeout: float = 30.0) -> float:
+        """Wait until every router has an Established session with every gateway."""
+        p = self.plan
+
+        def ok() -> bool:
+            for ns, key in ((p.compute_router_ns, "compute_addr"),
+                            (p.storage_router_ns, "storage_addr")):
+                out = self.ex.output(list(frr.vtysh(ns, "show bgp summary json").argv), check=False)
+                want = {getattr(g, key) for g in p.gateways}
+                if not want <= frr.established_peers(out):
+                    return False
+            return True
+
+        return self._until("BGP sessions", ok, timeout)
+
+    def announced(self, active: str, state: st.State | None) -> list[Gateway]:
+        """Gateways that announce under `active` (crosszone ones only with a fast path)."""
+        attached = state.fastpath if state else {}
+        return [g for g in self.plan.gateways if is_announcing(g, active)  # type: ignore[arg-type]
+                and (g.kind == "legacy" or attached.get(g.name))]
+
+    def route_hops(self) -> tuple[set[str], set[str]]:
+        """(compute router's next hops to the anycast VTEP, storage router's to VPC 1's prefix)."""
+        p = self.plan
+        anycast = f"{p.spec.anycast_vtep}/32"
+        facing = str(p.spec.vpcs[0].storage_facing)
+        outs = []
+        for ns, prefix in ((p.compute_router_ns, anycast), (p.storage_router_ns, facing)):
+            outs.append(frr.route_nexthops(self.ex.output(
+                list(frr.vtysh(ns, f"show ip route {prefix} json").argv), check=False), prefix))
+        return outs[0], outs[1]
+
+    def wait_routes(self, active: str, state: st.State | None, timeout: float = 30.0,
+                    gws: list[Gateway] | None = None) -> float:
+        """Wait until both routers' ECMP sets are exactly the announcing gateways."""
+        gws = gws if gws is not None else self.announced(active, state)
+        want_c = {g.compute_addr for g in gws}
+        want_s = {g.storage_addr for g in gws}
+        return self._until(f"routes via {sorted(g.name for g in gws)}",
+                           lambda: self.route_hops() == (want_c, want_s), timeout)
+
+    # ---- switch -----------------------------------------------------------------------------
+
+    def switch(self, to: ActiveSet, log: Callable[[str], None] = print) -> float:
+        """Move traffic to a gateway set by BGP announce/withdraw; returns seconds taken."""
+        state = st.load()
+        if state is None:
+            raise DeployError("no deployment: run `crosszone emulate up` first")
+        if to in ("crosszone", "both") and self.plan.gateways_of("crosszone") and not any(
+                state.fastpath.values()):
+            if to == "crosszone":
+                raise DeployError("crosszone gateways have no fast path attached "
+                                  "(`crosszone fastpath attach` missing or failed)")
+            log("crosszone gateways have no fast path: only legacy gateways announce")
+        start = self.clock()
+        new = self.announced(to, state)
+        current = self.announced(state.active, state)
+        old = [g for g in self.plan.gateways if g not in new]
+        if not new:
+            raise DeployError(f"no gateway of set {to!r} can carry traffic")
+        # Make before break: the new set joins the ECMP group before the old one leaves it.
+        for gw in new:
+            self.ex.apply(frr.announce_ops(self.plan, gw))
+        self.wait_routes(to, state, gws=current + [g for g in new if g not in current])
+        for gw in old:
+            self.ex.apply(frr.withdraw_ops(self.plan, gw))
+        state.active = to
+        st.save(state)
+        self.wait_routes(to, state)
+        took = self.clock() - start
+        log(f"traffic now through {', '.join(g.name for g in new)} ({took:.2f} s)")
+        return took
+
+    # ---- health -----------------------------------------------------------------------------
+
+    def healthy(self) -> bool:
+        """All namespaces exist and every recorded daemon is alive."""
+        existing = set(netns.list_namespaces(self.ex, PREFIX))
+        if not set(self.plan.namespaces) <= existing:
+            return False
+        return all(_pid_alive(Path(f)) for f in pidfiles(self.plan))
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _pid_alive(path: Path) -> bool:
+    pid = _read_pid(path)
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _kill_pids(pids: list[int], sleep: Sleep) -> None:
+    """TERM, give them up to 2 s, then KILL."""
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+            alive.append(pid)
+        except ProcessLookupError:
+            pass
+    for _ in range(20):
+        alive = [pid for pid in alive if _exists(pid)]
+        if not alive:
+            return
+        sleep(0.1)
+    for pid in alive:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); reap it if it is ours.
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        return Path(f"/proc/{pid}").exists() and "Z" not in _proc_state(pid)
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def down(ex: Executor, log: Callable[[str], None] = print, sleep: Sleep = time.sleep) -> None:
+    """Remove everything with the emulator's prefix: fast paths, daemons, namespaces, pins."""
+    state = st.load()
+    names = set(netns.list_namespaces(ex, PREFIX))
+    if state:
+        names |= {n for n in state.namespaces if n in names}
+        for gw_name, attached in state.fastpath.items():
+            ns = f"{PREFIX}{gw_name}"
+            if attached and ns in names:
+                ex.apply([xgw.Cmd((xgw.crosszone_bin(), "fastpath", "detach", "--netns", ns,
+                                   "--pin-dir", str(PIN_ROOT / gw_name)), check=False)])
+        pids = [pid for f in state.pidfiles if (pid := _read_pid(Path(f))) is not None]
+        _kill_pids(pids, sleep)
+    # Sweep: whatever still runs inside our namespaces (workers, daemons of a lost state file).
+    for ns in sorted(names):
+        out = ex.output(["ip", "netns", "pids", ns], check=False)
+        _kill_pids([int(x) for x in out.split() if x.isdigit()], sleep)
+    for ns in sorted(names):
+        ex.apply([netns.cmd("ip", "netns", "del", ns, check=False)])
+    if names:
+        log(f"removed {len(names)} namespaces")
+    if PIN_ROOT.exists():
+        shutil.rmtree(PIN_ROOT, ignore_errors=True)
+    if RUN_DIR.exists():
+        shutil.rmtree(RUN_DIR, ignore_errors=True)
+
+
+def make(spec: TopologySpec, ex: Executor | None = None, topology_path: str = "") -> Deployment:
+    """A Deployment for a validated spec with the real executor and clock."""
+    return Deployment(plan(spec), ex or Executor(), topology_path=topology_path)

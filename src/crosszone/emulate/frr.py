@@ -1,0 +1,230 @@
+"""FRR for the emulated deployment: configuration text, daemon command lines, announce/withdraw.
+
+Each namespace runs its own zebra + bgpd + bfdd reading one integrated config file. bgpd and zebra
+log "No such command" for the `bfd` block (it belongs to bfdd): harmless.
+
+Which gateway set carries traffic is decided by BGP only: a gateway announces the anycast VTEP
+toward the compute router and the storage-facing prefixes toward the storage router through
+`network` statements; `announce_ops`/`withdraw_ops` toggle those statements through vtysh, so a
+switch never rebuilds anything. Outbound route-maps keep a gateway from becoming a transit path
+between the two routers (it only ever sends its own prefixes).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from crosszone.emulate.netns import Cmd, Op, WriteFile, in_ns
+from crosszone.emulate.topology import (
+    COMPUTE_ROUTER_AS,
+    GATEWAY_AS,
+    RUN_DIR,
+    STORAGE_ROUTER_AS,
+    Gateway,
+    Plan,
+    TopologySpec,
+)
+
+FRR_BIN = Path("/usr/lib/frr")
+DAEMONS = ("zebra", "bfdd", "bgpd")  # zebra first: the others connect to its zserv socket
+MAX_PATHS = 16
+
+
+def frr_dir(ns: str) -> Path:
+    """Per-namespace directory for FRR config, pidfiles, sockets and logs."""
+    return RUN_DIR / "frr" / ns
+
+
+def _header(ns: str) -> list[str]:
+    # `datacenter` defaults: 3 s keepalive / 9 s hold, fast advertisement; BFD does detection.
+    return [
+        "frr defaults datacenter",
+        f"hostname {ns}",
+        f"log file {frr_dir(ns) / 'frr.log'} informational",
+        "!",
+    ]
+
+
+def bfd_config(ns: str, spec: TopologySpec) -> str:
+    """bfdd's own file: bgpd does not know the `bfd` node, and an `exit` it cannot match there
+    would leave configuration mode and lose everything after it, so bfdd gets the block alone."""
+    lines = _header(ns) + [
+        "bfd",
+        " profile fast",
+        f"  detect-multiplier {spec.bfd.multiplier}",
+        f"  receive-interval {spec.bfd.interval_ms}",
+        f"  transmit-interval {spec.bfd.interval_ms}",
+        " exit",
+        "exit",
+        "!",
+        "end",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _neighbor(addr: str, remote_as: int | str) -> list[str]:
+    return [
+        f" neighbor {addr} remote-as {remote_as}",
+        # Retry a refused connection after 1 s rather than the default 10 s (FRR waits that
+        # long when the peer's bgpd is not listening yet, which is the normal case at `up`).
+        f" neighbor {addr} timers connect 1",
+        f" neighbor {addr} bfd profile fast",
+    ]
+
+
+def router_config(p: Plan, which: str) -> str:
+    """Config of the compute ('compute') or storage ('storage') zone router."""
+    spec = p.spec
+    if which == "compute":
+        ns, asn, rid = p.compute_router_ns, COMPUTE_ROUTER_AS, "10.255.0.1"
+        peers = [g.compute_addr for g in p.gateways]
+        networks = [f"10.1.{h.index}.0/24" for h in p.hosts]
+    else:
+        ns, asn, rid = p.storage_router_ns, STORAGE_ROUTER_AS, "10.255.0.2"
+        peers = [g.storage_addr for g in p.gateways]
+        networks = [str(spec.storage.subnet)]
+    lines = _header(ns)
+    lines += [
+        f"router bgp {asn}",
+        f" bgp router-id {rid}",
+        " no bgp ebgp-requires-policy",
+        " no bgp network import-check",
+    ]
+    for peer in peers:
+        lines += _neighbor(peer, GATEWAY_AS)
+    lines += [" !", " address-family ipv4 unicast"]
+    lines += [f"  network {n}" for n in networks]
+    # All gateways share one AS, so their paths tie and multipath installs them as one
+    # kernel nexthop group: that is the ECMP over gateways.
+    lines += [f"  maximum-paths {MAX_PATHS}", " exit-address-family", "exit", "!", "end", ""]
+    return "\n".join(lines)
+
+
+def gateway_prefixes(p: Plan) -> tuple[list[str], list[str]]:
+    """(prefixes announced to the compute router, prefixes announced to the storage router)."""
+    return [f"{p.spec.anycast_vtep}/32"], [str(v.storage_facing) for v in p.spec.vpcs]
+
+
+def gateway_config(p: Plan, gw: Gateway, active: bool) -> str:
+    """Config of one gateway (either kind): sessions to both routers, announcements if active."""
+    to_compute, to_storage = gateway_prefixes(p)
+    lines = _header(gw.ns)
+    lines += [
+        f"router bgp {GATEWAY_AS}",
+        f" bgp router-id {gw.router_id}",
+        " no bgp ebgp-requires-policy",
+        # The storage-facing prefixes exist in no kernel table (they are translated away before
+        # routing), so the usual check that a `network` is in the RIB must be off.
+        " no bgp network import-check",
+    ]
+    lines += _neighbor(gw.compute_peer, COMPUTE_ROUTER_AS)
+    lines += _neighbor(gw.storage_peer, STORAGE_ROUTER_AS)
+    lines += [" !", " address-family ipv4 unicast"]
+    if active:
+        lines += [f"  network {n}" for n in to_compute + to_storage]
+    lines += [
+        f"  neighbor {gw.compute_peer} route-map TO-COMPUTE out",
+        f"  neighbor {gw.storage_peer} route-map TO-STORAGE out",
+        " exit-address-family",
+        "exit",
+        "!",
+    ]
+    lines += [f"ip prefix-list CZ-ANYCAST seq {5 * n} permit {x}"
+              for n, x in enumerate(to_compute, start=1)]
+    lines += [f"ip prefix-list CZ-FACING seq {5 * n} permit {x}"
+              for n, x in enumerate(to_storage, start=1)]
+    lines += [
+        "!",
+        "route-map TO-COMPUTE permit 10",
+        " match ip address prefix-list CZ-ANYCAST",
+        "exit",
+        "!",
+        "route-map TO-STORAGE permit 10",
+        " match ip address prefix-list CZ-FACING",
+        "exit",
+        "!",
+        "end",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def start_ops(ns: str, config: str, spec: TopologySpec) -> list[Op]:
+    """Write the configs and start zebra, bfdd and bgpd inside `ns` (daemonised, pidfiles)."""
+    d = frr_dir(ns)
+    ops: list[Op] = [
+        WriteFile(d / "frr.conf", config),
+        WriteFile(d / "bfdd.conf", bfd_config(ns, spec)),
+        WriteFile(d / "frr.log", ""),
+        # The daemons drop to user frr (and insist on group frrvty for vty sockets), so the
+        # directory holding their pidfiles, sockets and log must be theirs.
+        Cmd(("chown", "-R", "frr:frr", str(d))),
+    ]
+    for daemon in DAEMONS:
+        conf = d / ("bfdd.conf" if daemon == "bfdd" else "frr.conf")
+        extra = ("--bfdctl", str(d / "bfdd.sock")) if daemon == "bfdd" else ()
+        ops.append(in_ns(
+            ns, str(FRR_BIN / daemon), "-d", "-N", ns, *extra,
+            "-f", str(conf), "-i", str(d / f"{daemon}.pid"),
+            "-z", str(d / "zserv.api"), "--vty_socket", str(d),
+            # -P 0: no TCP vty port; vtysh uses the unix sockets.
+            "-P", "0",
+        ))
+    return ops
+
+
+def vtysh(ns: str, *commands: str) -> Cmd:
+    """One vtysh invocation against the instance of `ns`."""
+    # --vty_socket alone: combined with -N, vtysh appends the namespace to the path again.
+    argv = ["vtysh", "--vty_socket", str(frr_dir(ns))]
+    for c in commands:
+        argv += ["-c", c]
+    return Cmd(tuple(argv))
+
+
+def _network_ops(p: Plan, gw: Gateway, negate: bool) -> list[Op]:
+    to_compute, to_storage = gateway_prefixes(p)
+    # Storage-facing first on announce, anycast first on withdraw: replies have a path before
+    # requests arrive, and requests stop before replies lose theirs.
+    order = to_storage + to_compute if not negate else to_compute + to_storage
+    stmts = [("no " if negate else "") + f"network {n}" for n in order]
+    return [vtysh(gw.ns, "configure terminal", f"router bgp {GATEWAY_AS}",
+                  "address-family ipv4 unicast", *stmts)]
+
+
+def announce_ops(p: Plan, gw: Gateway) -> list[Op]:
+    """Make `gw` carry traffic: announce its prefixes."""
+    return _network_ops(p, gw, negate=False)
+
+
+def withdraw_ops(p: Plan, gw: Gateway) -> list[Op]:
+    """Take `gw` out of the traffic: withdraw its prefixes (sessions and BFD stay up)."""
+    return _network_ops(p, gw, negate=True)
+
+
+def established_peers(summary_json: str) -> set[str]:
+    """Neighbours in Established state, from `show bgp summary json`."""
+    try:
+        data = json.loads(summary_json or "{}")
+    except json.JSONDecodeError:
+        return set()
+    peers = data.get("ipv4Unicast", {}).get("peers", {})
+    return {addr for addr, info in peers.items() if info.get("state") == "Established"}
+
+
+def route_nexthops(route_json: str, prefix: str) -> set[str]:
+    """Next-hop addresses of the selected, installed route to `prefix` (`show ip route X json`)."""
+    try:
+        data = json.loads(route_json or "{}")
+    except json.JSONDecodeError:
+        return set()
+    hops: set[str] = set()
+    for route in data.get(prefix, []):
+        if not route.get("selected"):
+            continue
+        for nh in route.get("nexthops", []):
+            if nh.get("active") and "ip" in nh:
+                hops.add(nh["ip"])
+    return hops

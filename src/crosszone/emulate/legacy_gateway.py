@@ -1,0 +1,122 @@
+"""The legacy gateway: the same job as the fast path, done the x86 kernel way.
+
+Per VPC, a Linux VXLAN device (VNI of the VPC, local = anycast VTEP) terminates the tunnel. The
+kernel has no VRF module here, so overlapping VPCs are kept apart with policy routing on marks:
+
+- compute -> storage: the decapsulated packet enters on `vx-<vpc>`; an nftables rule in the raw
+  prerouting hook rewrites the source 192.168.x.y -> storage-facing 100.64.x.y (bitwise, 1:1, no
+  conntrack: `notrack`), and the main table routes it to the storage router.
+- storage -> compute: a packet to the storage-facing prefix enters on `s0`; the same hook rewrites
+  the destination back and sets the mark of the VPC; `ip rule fwmark M lookup M` sends it to a
+  table whose only route is the VPC prefix on that VPC's VXLAN device; static neighbour and FDB
+  entries (from the hosts list, like the fast path's host table) give the inner MAC and the host
+  VTEP. The outer lookup of the VXLAN device inherits the mark, misses table M and falls through
+  to main, which is what we want.
+
+nftables' payload write fixes the IP and TCP/UDP checksums (pseudo-header) itself. The forward
+chain accepts only VPC<->storage pairs of interfaces, so VPCs never reach each other or the
+compute underlay; everything else is counted and dropped. It is a fair baseline: no conntrack, no
+userspace, one nftables pass per packet, kernel GRO/GSO on every veth.
+"""
+
+from __future__ import annotations
+
+import json
+
+from crosszone.emulate.netns import Op, in_ns
+from crosszone.emulate.topology import INNER_MTU, Gateway, Plan, VpcSpec, router_mac
+
+VXLAN_PORT = 4789
+TABLE_BASE = 1000  # routing table and fwmark of VPC number v: TABLE_BASE + v
+
+
+def vxlan_name(vpc: VpcSpec) -> str:
+    """Name of the VXLAN device of a VPC, on gateways and hosts alike."""
+    return f"vx-{vpc.name}"
+
+
+def _host_bits(vpc: VpcSpec) -> str:
+    return str(vpc.prefix.hostmask)
+
+
+def nft_ruleset(p: Plan) -> str:
+    """The nftables ruleset of a legacy gateway (same on every legacy gateway)."""
+    pre: list[str] = []
+    pairs: list[str] = []
+    for v, vpc in enumerate(p.spec.vpcs, start=1):
+        dev, mark = vxlan_name(vpc), TABLE_BASE + v
+        host = _host_bits(vpc)
+        pre.append(
+            f'    iifname "{dev}" ip saddr {vpc.prefix} '
+            f"ip saddr set ip saddr & {host} | {vpc.storage_facing.network_address} notrack"
+        )
+        pre.append(
+            f'    iifname "s0" ip daddr {vpc.storage_facing} '
+            f"ip daddr set ip daddr & {host} | {vpc.prefix.network_address} "
+            f"meta mark set {mark} notrack"
+        )
+        pairs.append(f'"{dev}" . "s0" : accept')
+        pairs.append(f'"s0" . "{dev}" : accept')
+    lines = [
+        "table ip czgw",
+        "delete table ip czgw",  # makes loading idempotent (the first line creates it if absent)
+        "table ip czgw {",
+        "  counter dropped { }",
+        "  chain gw_prerouting {",
+        # raw priority: before conntrack would look at it, so no per-flow state is ever made.
+        "    type filter hook prerouting priority raw; policy accept;",
+        *pre,
+        "  }",
+        "  chain gw_forward {",
+        "    type filter hook forward priority filter; policy accept;",
+        "    iifname . oifname vmap { " + ", ".join(pairs) + " }",
+        '    counter name "dropped" drop',
+        "  }",
+        "}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plan_legacy(p: Plan, gw: Gateway) -> list[Op]:
+    """Kernel datapath of one legacy gateway: VXLAN devices, policy routes, neighbours, nftables."""
+    ns = gw.ns
+    ops: list[Op] = []
+    for v, vpc in enumerate(p.spec.vpcs, start=1):
+        dev, table = vxlan_name(vpc), str(TABLE_BASE + v)
+        ops += [
+            in_ns(ns, "ip", "link", "del", dev, check=False),
+            # nolearning: the host table is configuration, not learned from tunnel traffic, the
+            # same as the fast path's host map. The MAC is the VPC's virtual router MAC, which
+            # is the inner destination MAC the hosts send to and the source MAC of replies.
+            in_ns(ns, "ip", "link", "add", dev, "address", router_mac(v), "mtu", str(INNER_MTU),
+                  "type", "vxlan", "id", str(vpc.vni), "local", str(p.spec.anycast_vtep),
+                  "dstport", str(VXLAN_PORT), "nolearning"),
+            in_ns(ns, "ip", "link", "set", dev, "up"),
+            in_ns(ns, "ip", "route", "replace", str(vpc.prefix), "dev", dev, "table", table),
+            in_ns(ns, "ip", "rule", "del", "pref", table, check=False),
+            in_ns(ns, "ip", "rule", "add", "pref", table, "fwmark", table, "lookup", table),
+        ]
+        for ep in (e for e in p.endpoints if e.vpc == vpc):
+            host_vtep = p.hosts[ep.host - 1].vtep
+            ops += [
+                in_ns(ns, "bridge", "fdb", "append", ep.mac, "dev", dev, "dst", host_vtep),
+                in_ns(ns, "ip", "neigh", "replace", ep.addr, "lladdr", ep.mac, "dev", dev,
+                      "nud", "permanent"),
+            ]
+    ops.append(in_ns(ns, "nft", "-f", "-", stdin=nft_ruleset(p)))
+    return ops
+
+
+def dropped_packets(nft_json: str) -> int:
+    """Packets counted by the `dropped` counter, from `nft -j list counter ip czgw dropped`."""
+    try:
+        data = json.loads(nft_json or "{}")
+    except json.JSONDecodeError:
+        return 0
+    for item in data.get("nftables", []):
+        counter = item.get("counter")
+        if counter:
+            return int(counter.get("packets", 0))
+    return 0
+

@@ -1,0 +1,305 @@
+"""Topology of an emulated two-zone deployment: the YAML schema and the addressing plan.
+
+The YAML says how many of each thing exist; `plan()` turns it into a frozen `Plan` that names
+every namespace, interface, address and MAC. Everything else in the emulator reads the plan, so
+addressing rules live only here.
+
+Addressing (k = global gateway index, i = host index, j = storage node index, all from 1):
+
+- host i underlay: 10.1.i.2/24 (also its VTEP), compute router side 10.1.i.1
+- gateway k compute link: 10.10.k.2/24 (router 10.10.k.1); storage link 10.20.k.2/24 (router .1)
+- anycast VTEP on every gateway's loopback (default 10.0.0.100/32)
+- storage LAN behind the storage router: the configured subnet, router .1, node j .(10+j)
+- endpoint of (host i, VPC) inside the VPC: prefix base + i*256 + 10, default gw .255.254
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+PREFIX = "czemu-"
+RUN_DIR = Path("/run/crosszone-emulate")
+PIN_ROOT = Path("/sys/fs/bpf/czemu")
+DEFAULT_TOPOLOGY = Path(__file__).resolve().parents[3] / "examples" / "two-zone.yaml"
+
+COMPUTE_ROUTER_AS = 65001
+STORAGE_ROUTER_AS = 65002
+GATEWAY_AS = 65100
+# Compute-zone links carry VXLAN: 50 bytes of outer headers over a 1500-byte inner MTU.
+UNDERLAY_MTU = 1550
+INNER_MTU = 1500
+
+GatewayKind = Literal["legacy", "crosszone"]
+ActiveSet = Literal["legacy", "crosszone", "both"]
+
+
+class TopologyError(ValueError):
+    """A topology file that cannot be used; the message names the file and the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class VpcSpec(_Strict):
+    name: str = Field(pattern=r"^[a-z][a-z0-9]{0,3}$")  # short: it ends up in interface names
+    vni: int = Field(ge=1, le=16_777_215)
+    prefix: ipaddress.IPv4Network
+    storage_facing: ipaddress.IPv4Network
+
+    @model_validator(mode="after")
+    def _same_length(self) -> VpcSpec:
+        if self.prefix.prefixlen != self.storage_facing.prefixlen:
+            raise ValueError("storage_facing must have the same length as prefix (1:1 mapping)")
+        if self.prefix.prefixlen > 16:
+            raise ValueError("prefix must be /16 or shorter (one /24 per host is carved from it)")
+        return self
+
+
+class GatewaysSpec(_Strict):
+    crosszone: int = Field(default=2, ge=0, le=8)
+    legacy: int = Field(default=2, ge=0, le=8)
+
+
+class StorageSpec(_Strict):
+    nodes: int = Field(default=2, ge=1, le=8)
+    subnet: ipaddress.IPv4Network = ipaddress.IPv4Network("172.16.0.0/24")
+    shards: int = Field(default=8, ge=1, le=1024)
+    shard_size_mib: int = Field(default=64, ge=1, le=65536)
+    checkpoint_max_mib: int = Field(default=64, ge=1, le=4096)
+
+
+class BfdSpec(_Strict):
+    # Short but not 10 ms: on a loaded 2-core box bfdd is sometimes descheduled for tens of ms,
+    # and a flapping session would be a false failure.
+    interval_ms: int = Field(default=30, ge=10, le=10_000)
+    multiplier: int = Field(default=5, ge=2, le=255)
+
+
+class TopologySpec(_Strict):
+    """The YAML document."""
+
+    name: str = "two-zone"
+    hosts: int = Field(default=4, ge=1, le=32)
+    vpcs: tuple[VpcSpec, ...] = Field(min_length=1, max_length=4)
+    gateways: GatewaysSpec = GatewaysSpec()
+    storage: StorageSpec = StorageSpec()
+    anycast_vtep: ipaddress.IPv4Address = ipaddress.IPv4Address("10.0.0.100")
+    active: ActiveSet = "legacy"
+    bfd: BfdSpec = BfdSpec()
+
+    @field_validator("vpcs")
+    @classmethod
+    def _unique(cls, vpcs: tuple[VpcSpec, ...]) -> tuple[VpcSpec, ...]:
+        for attr in ("name", "vni", "storage_facing"):
+            values = [getattr(v, attr) for v in vpcs]
+            if len(set(values)) != len(values):
+                raise ValueError(f"vpc {attr} values must be unique")
+        return vpcs
+
+    @model_validator(mode="after")
+    def _some_gateway(self) -> TopologySpec:
+        if self.gateways.crosszone + self.gateways.legacy == 0:
+            raise ValueError("at least one gateway is needed")
+        return self
+
+
+@dataclass(frozen=True)
+class Link:
+    """One veth pair: (namespace, name, mac, address/len) on each side."""
+
+    a_ns: str
+    a_name: str
+    a_mac: str
+    a_addr: str | None
+    b_ns: str
+    b_name: str
+    b_mac: str
+    b_addr: str | None
+    mtu: int
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A workload endpoint: one namespace per (GPU host, VPC)."""
+
+    name: str  # e.g. h1-a
+    ns: str
+    host: int
+    vpc: VpcSpec
+    addr: str  # inner address
+    mac: str
+    gw_addr: str  # the VPC's virtual router address (static neighbour to router_mac)
+
+
+@dataclass(frozen=True)
+class Host:
+    index: int
+    ns: str
+    vtep: str
+    endpoints: tuple[Endpoint, ...]
+
+
+@dataclass(frozen=True)
+class Gateway:
+    name: str  # lgw1, xgw1
+    kind: GatewayKind
+    index: int  # global index k
+    ns: str
+    compute_addr: str
+    compute_peer: str
+    compute_mac: str
+    compute_peer_mac: str
+    storage_addr: str
+    storage_peer: str
+    storage_mac: str
+    storage_peer_mac: str
+
+    @property
+    def router_id(self) -> str:
+        return f"10.255.1.{self.index}"
+
+    @property
+    def pin_dir(self) -> Path:
+        return PIN_ROOT / self.name
+
+
+@dataclass(frozen=True)
+class StorageNode:
+    name: str
+    ns: str
+    addr: str
+    mac: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    spec: TopologySpec
+    hosts: tuple[Host, ...]
+    gateways: tuple[Gateway, ...]
+    storage_nodes: tuple[StorageNode, ...]
+    links: tuple[Link, ...]
+    compute_router_ns: str
+    storage_router_ns: str
+    storage_gw_addr: str  # storage router's address on the storage LAN
+
+    @property
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        return tuple(e for h in self.hosts for e in h.endpoints)
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        names = [self.compute_router_ns, self.storage_router_ns]
+        for h in self.hosts:
+            names.append(h.ns)
+            names.extend(e.ns for e in h.endpoints)
+        names.extend(g.ns for g in self.gateways)
+        names.extend(s.ns for s in self.storage_nodes)
+        return tuple(names)
+
+    def gateways_of(self, kind: GatewayKind) -> tuple[Gateway, ...]:
+        return tuple(g for g in self.gateways if g.kind == kind)
+
+
+def router_mac(vpc_index: int) -> str:
+    """Inner MAC of a VPC's virtual router (source MAC of replies toward the hosts)."""
+    return f"02:aa:00:{vpc_index:02x}:00:01"
+
+
+def _mac(kind: int, a: int, b: int) -> str:
+    return f"02:{kind:02x}:00:{a:02x}:00:{b:02x}"
+
+
+def load(path: Path) -> TopologySpec:
+    """Read and validate a topology file; raise TopologyError naming the file and the field."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise TopologyError(f"{path}: cannot read: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise TopologyError(f"{path}: not valid YAML: {exc}") from exc
+    return parse(raw, source=str(path))
+
+
+def parse(raw: object, source: str = "<topology>") -> TopologySpec:
+    """Validate an already-parsed YAML document."""
+    if not isinstance(raw, dict):
+        raise TopologyError(f"{source}: the document must be a mapping")
+    try:
+        return TopologySpec.model_validate(raw)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"]) or "(document)"
+            lines.append(f"{source}: {where}: {err['msg']}")
+        raise TopologyError("\n".join(lines)) from None
+
+
+def plan(spec: TopologySpec) -> Plan:
+    """Derive every name, address and MAC of the deployment from the spec."""
+    cr, sr = f"{PREFIX}cr", f"{PREFIX}sr"
+    links: list[Link] = []
+    hosts: list[Host] = []
+    for i in range(1, spec.hosts + 1):
+        hns = f"{PREFIX}h{i}"
+        vtep = f"10.1.{i}.2"
+        links.append(
+            Link(hns, "up0", _mac(0x01, i, 2), f"{vtep}/24",
+                 cr, f"h{i}", _mac(0x01, i, 1), f"10.1.{i}.1/24", UNDERLAY_MTU)
+        )
+        eps = []
+        for v, vpc in enumerate(spec.vpcs, start=1):
+            base = int(vpc.prefix.network_address)
+            addr = ipaddress.IPv4Address(base + i * 256 + 10)
+            gw = ipaddress.IPv4Address(base + 255 * 256 + 254)
+            ep = Endpoint(
+                name=f"h{i}-{vpc.name}", ns=f"{PREFIX}h{i}-{vpc.name}", host=i, vpc=vpc,
+                addr=str(addr), mac=_mac(0xE0 + v, i, 0x10), gw_addr=str(gw),
+            )
+            eps.append(ep)
+            # The endpoint side is a plain NIC; the host side is a bridge port of the vSwitch.
+            links.append(
+                Link(ep.ns, "eth0", ep.mac, f"{addr}/{vpc.prefix.prefixlen}",
+                     hns, f"ep-{vpc.name}", _mac(0xE0 + v, i, 0x11), None, INNER_MTU)
+            )
+        hosts.append(Host(i, hns, vtep, tuple(eps)))
+
+    gateways: list[Gateway] = []
+    kinds: list[GatewayKind] = ["legacy"] * spec.gateways.legacy
+    kinds += ["crosszone"] * spec.gateways.crosszone
+    counters = {"legacy": 0, "crosszone": 0}
+    for k, kind in enumerate(kinds, start=1):
+        counters[kind] += 1
+        name = f"{'l' if kind == 'legacy' else 'x'}gw{counters[kind]}"
+        gw = Gateway(
+            name=name, kind=kind, index=k, ns=f"{PREFIX}{name}",
+            compute_addr=f"10.10.{k}.2", compute_peer=f"10.10.{k}.1",
+            compute_mac=_mac(0x10, k, 2), compute_peer_mac=_mac(0x10, k, 1),
+            storage_addr=f"10.20.{k}.2", storage_peer=f"10.20.{k}.1",
+            storage_mac=_mac(0x20, k, 2), storage_peer_mac=_mac(0x20, k, 1),
+        )
+        gateways.append(gw)
+        links.append(Link(gw.ns, "c0", gw.compute_mac, f"{gw.compute_addr}/24",
+                          cr, f"g{k}", gw.compute_peer_mac, f"{gw.compute_peer}/24", UNDERLAY_MTU))
+        links.append(Link(gw.ns, "s0", gw.storage_mac, f"{gw.storage_addr}/24",
+                          sr, f"g{k}", gw.storage_peer_mac, f"{gw.storage_peer}/24", INNER_MTU))
+
+    subnet = spec.storage.subnet
+    nodes = []
+    for j in range(1, spec.storage.nodes + 1):
+        addr = str(subnet.network_address + 10 + j)
+        node = StorageNode(f"st{j}", f"{PREFIX}st{j}", addr, _mac(0x30, j, 2))
+        nodes.append(node)
+        links.append(Link(node.ns, "eth0", node.mac, f"{addr}/{subnet.prefixlen}",
+                          sr, f"st{j}", _mac(0x30, j, 1), None, INNER_MTU))
+    return Plan(
+        spec=spec, hosts=tuple(hosts), gateways=tuple(gateways), storage_nodes=tuple(nodes),
+        links=tuple(links), compute_router_ns=cr, storage_router_ns=sr,
+        storage_gw_addr=str(subnet.network_address + 1),
+    )

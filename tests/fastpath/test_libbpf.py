@@ -327,6 +327,10 @@ def test_percpu_update_round_trip_and_errors(obj: bpf.BpfObject) -> None:
     assert pc.lookup(u32(3)) == b"".join(vals)
     with pytest.raises(bpf.BpfError, match=f"value is 3 bytes, map expects {8 * ncpu}"):
         pc.update(u32(3), b"abc")
+    # Batches of per-CPU values use the same stride: one 8-byte slot per possible CPU.
+    blobs = [b"".join(u64(i * 10 + c) for c in range(ncpu)) for i in range(4)]
+    assert pc.update_batch([u32(i) for i in range(4)], blobs) == 4
+    assert pc.lookup_percpu(u32(2)) == [u64(20 + c) for c in range(ncpu)]
     with pytest.raises(bpf.BpfError, match="not a per-CPU map"):
         obj.map("fx_flows").lookup_percpu(flow_key(0))
 

@@ -825,7 +825,8 @@ class BpfObject:
         self.close()
 
     def __del__(self) -> None:
-        self.close()
+        if getattr(self, "_ptr", None) and _obj_close is not None:  # may run at shutdown
+            self.close()
 
 
 def xdp_attach(

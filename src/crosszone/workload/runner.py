@@ -1,0 +1,186 @@
+"""Run the workload on every GPU host endpoint at once and summarise it.
+
+One worker process per endpoint namespace (`ip netns exec NS python -m
+crosszone.workload.worker`); their JSON progress lines drive a rich progress display, their
+result lines are merged into one `WorkloadResult` (throughput per class, small-request latency
+percentiles over all endpoints, errors).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from crosszone.emulate.topology import Plan
+
+
+@dataclass
+class WorkloadResult:
+    duration_s: float
+    endpoints: int
+    read_bytes: int = 0
+    written_bytes: int = 0
+    reads: int = 0
+    writes: int = 0
+    small: int = 0
+    errors: int = 0
+    small_lat_us: list[int] = field(default_factory=list)
+    error_samples: list[str] = field(default_factory=list)
+    per_endpoint: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def gbps(self, nbytes: int) -> float:
+        return nbytes * 8 / self.duration_s / 1e9 if self.duration_s > 0 else 0.0
+
+    def percentile_us(self, q: float) -> float:
+        """Latency at quantile q (nearest rank) of all small requests; 0 if none."""
+        if not self.small_lat_us:
+            return 0.0
+        data = sorted(self.small_lat_us)
+        idx = min(len(data) - 1, max(0, int(round(q * len(data) + 0.5)) - 1))
+        return float(data[idx])
+
+    @property
+    def total_bytes(self) -> int:
+        return self.read_bytes + self.written_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "duration_s": round(self.duration_s, 3),
+            "endpoints": self.endpoints,
+            "loader": {"requests": self.reads, "bytes": self.read_bytes,
+                       "gbps": round(self.gbps(self.read_bytes), 3)},
+            "checkpoint": {"requests": self.writes, "bytes": self.written_bytes,
+                           "gbps": round(self.gbps(self.written_bytes), 3)},
+            "small": {"requests": self.small,
+                      "rate_per_s": round(self.small / self.duration_s, 1)
+                      if self.duration_s else 0.0,
+                      "p50_ms": round(self.percentile_us(0.50) / 1000, 3),
+                      "p99_ms": round(self.percentile_us(0.99) / 1000, 3),
+                      "p999_ms": round(self.percentile_us(0.999) / 1000, 3)},
+            "errors": self.errors,
+            "error_samples": self.error_samples[:10],
+        }
+
+
+def worker_argv(plan: Plan, ep_index: int, duration: float, loaders: int) -> list[str]:
+    """Command line of the worker of endpoint number `ep_index`."""
+    ep = plan.endpoints[ep_index]
+    spec = plan.spec.storage
+    servers = [n.addr for n in plan.storage_nodes]
+    # Rotate the server list so that endpoints spread their first connections over nodes.
+    servers = servers[ep_index % len(servers):] + servers[:ep_index % len(servers)]
+    ckpt = min(8, spec.checkpoint_max_mib) << 20
+    return ["ip", "netns", "exec", ep.ns, sys.executable, "-m", "crosszone.workload.worker",
+            "--name", ep.name, "--servers", ",".join(servers), "--duration", str(duration),
+            "--loaders", str(loaders), "--shards", str(spec.shards),
+            "--shard-bytes", str(spec.shard_size_mib << 20),
+            "--block-bytes", str(min(4, spec.shard_size_mib) << 20),
+            "--ckpt-bytes", str(ckpt), "--seed", str(ep_index + 1)]
+
+
+def _live_table(progress: dict[str, dict[str, Any]], elapsed: float, duration: float) -> Table:
+    read = sum(p.get("read_bytes", 0) for p in progress.values())
+    wrote = sum(p.get("written_bytes", 0) for p in progress.values())
+    small = sum(p.get("small", 0) for p in progress.values())
+    errs = sum(p.get("errors", 0) for p in progress.values())
+    t = Table(title=f"workload {min(elapsed, duration):.0f}/{duration:.0f} s, "
+                    f"{len(progress)} endpoints")
+    for col in ("loader Gbps", "checkpoint Gbps", "small req", "errors"):
+        t.add_column(col, justify="right")
+    el = max(elapsed, 1e-3)
+    t.add_row(f"{read * 8 / el / 1e9:.2f}", f"{wrote * 8 / el / 1e9:.2f}", str(small), str(errs))
+    return t
+
+
+def run(plan: Plan, duration: float = 15.0, loaders: int = 2,
+        console: Console | None = None) -> WorkloadResult:
+    """Run one worker per endpoint, show progress, return the merged result."""
+    console = console or Console()
+    procs = {ep.name: subprocess.Popen(worker_argv(plan, i, duration, loaders),
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i, ep in enumerate(plan.endpoints)}
+    progress: dict[str, dict[str, Any]] = {name: {} for name in procs}
+    results: dict[str, dict[str, Any]] = {}
+    lock = threading.Lock()
+
+    def reader(name: str, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            try:
+                doc = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            with lock:
+                if doc.get("type") == "result":
+                    results[name] = doc
+                progress[name] = doc
+
+    readers = [threading.Thread(target=reader, args=(n, p), daemon=True)
+               for n, p in procs.items()]
+    for t in readers:
+        t.start()
+    start = time.monotonic()
+    hard_stop = start + duration + 30
+    try:
+        with Live(console=console, refresh_per_second=2, transient=True) as live:
+            while any(p.poll() is None for p in procs.values()):
+                if time.monotonic() > hard_stop:
+                    break
+                with lock:
+                    live.update(_live_table(progress, time.monotonic() - start, duration))
+                time.sleep(0.5)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    for t in readers:
+        t.join(timeout=2)
+    res = WorkloadResult(duration_s=duration, endpoints=len(procs))
+    for name, proc in procs.items():
+        doc = results.get(name)
+        if doc is None:
+            err = proc.stderr.read()[-300:] if proc.stderr else ""
+            res.errors += 1
+            res.error_samples.append(f"{name}: worker gave no result (exit {proc.returncode}) {err}")
+            continue
+        res.duration_s = max(res.duration_s, float(doc.get("elapsed_s", duration)))
+        res.read_bytes += int(doc["read_bytes"])
+        res.written_bytes += int(doc["written_bytes"])
+        res.reads += int(doc["reads"])
+        res.writes += int(doc["writes"])
+        res.small += int(doc["small"])
+        res.errors += int(doc["errors"])
+        res.small_lat_us += list(doc.get("small_lat_us", []))
+        res.error_samples += [f"{name}: {e}" for e in doc.get("error_samples", [])]
+        res.per_endpoint[name] = {k: doc[k] for k in ("read_bytes", "written_bytes", "small",
+                                                      "errors")}
+    return res
+
+
+def summary_table(res: WorkloadResult, title: str = "workload summary") -> Table:
+    """Throughput per class, small-request latency, errors."""
+    j = res.to_json()
+    t = Table(title=title)
+    t.add_column("class")
+    t.add_column("requests", justify="right")
+    t.add_column("Gbps", justify="right")
+    t.add_column("latency p50 / p99 / p999 ms", justify="right")
+    t.add_row("data loader (range reads)", str(j["loader"]["requests"]),
+              f"{j['loader']['gbps']:.2f}", "")
+    t.add_row("checkpoint writer (PUT)", str(j["checkpoint"]["requests"]),
+              f"{j['checkpoint']['gbps']:.2f}", "")
+    s = j["small"]
+    t.add_row("small requests", str(s["requests"]), "",
+              f"{s['p50_ms']:.2f} / {s['p99_ms']:.2f} / {s['p999_ms']:.2f}")
+    t.add_row("errors", str(res.errors), "", "; ".join(res.error_samples[:2]))
+    return t

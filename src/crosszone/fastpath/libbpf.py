@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 _lib = ctypes.CDLL("libbpf.so.1", use_errno=True)
 _libc = ctypes.CDLL(None, use_errno=True)
 
-c_int, c_uint, c_u32, c_u64 = ctypes.c_int, ctypes.c_uint, ctypes.c_uint32, ctypes.c_uint64
+c_int, c_u32, c_u64 = ctypes.c_int, ctypes.c_uint32, ctypes.c_uint64
 c_void_p, c_char_p, c_size_t = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t
 
 
@@ -55,7 +55,6 @@ XDP_FLAGS_HW_MODE = 1 << 3
 XDP_FLAGS_REPLACE = 1 << 4
 ENOTSUPP = 524  # kernel-internal errno returned for map types without batch ops
 BATCH_CHUNK = 65536
-XDP_MD_SIZE = 24
 
 
 class MapType(enum.IntEnum):
@@ -613,9 +612,11 @@ class TestRunResult:
 
 def xdp_ctx(ingress_ifindex: int = 0, rx_queue_index: int = 0, data_len: int = 0) -> bytes:
     """Pack struct xdp_md for ctx_in; data_len=0 lets test_run fill in the frame length."""
-    # Kernel rules (net/bpf/test_run.c): data_meta must be 0, data_end must equal data_size_in,
-    # data is the metadata length (here 0), egress_ifindex must be 0, ingress_ifindex must exist
-    # in the caller's netns and rx_queue_index must be below its real_num_rx_queues.
+    # Kernel rules (net/bpf/test_run.c): data_meta must be 0, data is the metadata length (0
+    # here), data_end may not pass the frame (6.18 accepted smaller values; a larger one is
+    # EINVAL), egress_ifindex must be 0, ingress_ifindex must exist in the caller's netns and
+    # rx_queue_index must be below its real_num_rx_queues. Live-frames mode also refuses
+    # data_out/ctx_out buffers and frames larger than a page.
     return struct.pack("<6I", 0, data_len, 0, ingress_ifindex, rx_queue_index, 0)
 
 

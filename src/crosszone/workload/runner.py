@@ -9,6 +9,7 @@ percentiles over all endpoints, errors).
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import threading
@@ -45,7 +46,7 @@ class WorkloadResult:
         if not self.small_lat_us:
             return 0.0
         data = sorted(self.small_lat_us)
-        idx = min(len(data) - 1, max(0, int(round(q * len(data) + 0.5)) - 1))
+        idx = min(len(data) - 1, max(0, math.ceil(q * len(data)) - 1))
         return float(data[idx])
 
     @property

@@ -1,0 +1,200 @@
+"""Compile a validated intent into the fast path's table entries: a pure function.
+
+The result, `Tables`, is the one description of the data plane's state. The BPF map writer
+(`crosszone.fastpath.maps_io`) encodes it into the maps; the reference model
+(`crosszone.fastpath.model`) executes it directly. Same tables in, same packets out.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+from crosszone.compile.ecmp import rendezvous_buckets
+from crosszone.fastpath import layout
+from crosszone.intent.schema import Intent
+from crosszone.intent.validate import vpc_routes
+
+Net = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+ACTIONS = {"forward": layout.CZ_ACT_FORWARD, "drop": layout.CZ_ACT_BLACKHOLE,
+           "slowpath": layout.CZ_ACT_SLOWPATH}
+
+
+def mac_bytes(mac: str) -> bytes:
+    """'02:00:00:00:00:01' -> 6 bytes."""
+    return bytes(int(x, 16) for x in mac.split(":"))
+
+
+@dataclass(frozen=True)
+class Port:
+    """ports[index]; ifindex is bound at attach time (0 = not bound)."""
+
+    index: int
+    name: str
+    role: str
+    mac: bytes
+    next_hop_mac: bytes
+    ifindex: int = 0
+
+
+@dataclass(frozen=True)
+class Vpc:
+    """vpc_by_vni[vni]."""
+
+    vpc_id: int
+    vni: int
+    name: str
+    prefix4: ipaddress.IPv4Network | None
+    sf4: ipaddress.IPv4Network | None      # equal to prefix4 for identity
+    prefix6: ipaddress.IPv6Network | None
+    sf6: ipaddress.IPv6Network | None
+    identity: bool
+    router_mac: bytes
+    plens4: tuple[int, ...]                 # descending
+    plens6: tuple[int, ...]
+
+    @property
+    def flags(self) -> int:
+        """CZ_VPC_* bits."""
+        f = 0
+        if self.prefix4 is not None:
+            f |= layout.CZ_VPC_HAS4 | (0 if self.identity else layout.CZ_VPC_XLAT4)
+        if self.prefix6 is not None:
+            f |= layout.CZ_VPC_HAS6 | (0 if self.identity else layout.CZ_VPC_XLAT6)
+        return f
+
+
+@dataclass(frozen=True)
+class Route:
+    """routes4/routes6[(vpc_id, prefix)]."""
+
+    vpc_id: int
+    prefix: Net
+    action: int
+    group: int
+
+
+@dataclass(frozen=True)
+class Group:
+    """ecmp_groups[group_id]: 256 buckets of next-hop ids."""
+
+    group_id: int
+    name: str
+    members: tuple[int, ...]
+    buckets: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Nexthop:
+    """nexthops[nh_id]."""
+
+    nh_id: int
+    name: str
+    port: int
+    mac: bytes
+
+
+@dataclass(frozen=True)
+class StorageFacing:
+    """sf4/sf6[prefix]: a storage-facing prefix and the VPC behind it."""
+
+    prefix: Net
+    vpc_id: int
+    vni: int
+    vpc_prefix: Net
+    router_mac: bytes
+    identity: bool
+
+
+@dataclass(frozen=True)
+class HostEntry:
+    """hosts[(vpc_id, address)]."""
+
+    vpc_id: int
+    addr: ipaddress.IPv4Address | ipaddress.IPv6Address
+    vtep: ipaddress.IPv4Address
+    mac: bytes
+
+
+@dataclass(frozen=True)
+class Tables:
+    """Everything the fast path needs, as plain values."""
+
+    vtep: ipaddress.IPv4Address
+    compute_port: int
+    ports: tuple[Port, ...]
+    vpcs: tuple[Vpc, ...]
+    vteps: frozenset[tuple[int, ipaddress.IPv4Address]]
+    routes: tuple[Route, ...]
+    groups: tuple[Group, ...]
+    nexthops: tuple[Nexthop, ...]
+    storage_facing: tuple[StorageFacing, ...]
+    hosts: tuple[HostEntry, ...]
+    flags: int = 0
+    _index: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def port_by_name(self, name: str) -> Port:
+        """The port with this interface name."""
+        return next(p for p in self.ports if p.name == name)
+
+
+def compile_intent(intent: Intent) -> Tables:
+    """Intent -> Tables. Deterministic: the same intent always gives equal tables."""
+    gw = intent.gateway
+    ports = tuple(
+        Port(index=i, name=itf.name, role=itf.role, mac=mac_bytes(itf.mac),
+             next_hop_mac=mac_bytes(itf.next_hop_mac or "00:00:00:00:00:00"))
+        for i, itf in enumerate(gw.interfaces)
+    )
+    port_index = {p.name: p.index for p in ports}
+    compute_port = next(p.index for p in ports if p.role == "compute")
+
+    nexthops: list[Nexthop] = []
+    groups: list[Group] = []
+    group_of: dict[str, int] = {}
+    for g, pool in enumerate(intent.storage_pools):
+        members = []
+        for nh in pool.next_hops:
+            nexthops.append(Nexthop(len(nexthops), f"{pool.name}/{nh.name}",
+                                    port_index[nh.interface], mac_bytes(nh.mac)))
+            members.append(nexthops[-1])
+        buckets = rendezvous_buckets([(m.name, m.nh_id) for m in members],
+                                     layout.CZ_ECMP_BUCKETS)
+        groups.append(Group(g, pool.name, tuple(m.nh_id for m in members), buckets))
+        group_of[pool.name] = g
+
+    vpcs: list[Vpc] = []
+    routes: list[Route] = []
+    sfs: list[StorageFacing] = []
+    vpc_id_of: dict[str, int] = {}
+    # VPC ids follow VNI order so that they do not depend on the order of the file.
+    for vpc_id, v in enumerate(sorted(intent.vpcs, key=lambda v: v.vni)):
+        vpc_id_of[v.name] = vpc_id
+        own = {n.version: n for n in v.prefixes}
+        identity = v.storage_facing == "identity"
+        sf = own if identity else {n.version: n for n in v.storage_facing}  # type: ignore[union-attr]
+        vroutes = [
+            Route(vpc_id, net, ACTIONS[action], group_of[pool] if pool else 0)
+            for net, action, pool, _ in vpc_routes(intent, v)
+        ]
+        routes.extend(vroutes)
+        plens4 = tuple(sorted({r.prefix.prefixlen for r in vroutes if r.prefix.version == 4},
+                              reverse=True))
+        plens6 = tuple(sorted({r.prefix.prefixlen for r in vroutes if r.prefix.version == 6},
+                              reverse=True))
+        router_mac = mac_bytes(v.router_mac)
+        vpcs.append(Vpc(vpc_id, v.vni, v.name, own.get(4), sf.get(4), own.get(6),  # type: ignore[arg-type]
+                        sf.get(6), identity, router_mac, plens4, plens6))  # type: ignore[arg-type]
+        for fam in sorted(own):
+            sfs.append(StorageFacing(sf[fam], vpc_id, v.vni, own[fam], router_mac, identity))
+
+    vni_of = {v.name: v.vni for v in intent.vpcs}
+    hosts = tuple(
+        HostEntry(vpc_id_of[h.vpc], addr, h.vtep, mac_bytes(h.mac))
+        for h in intent.hosts for addr in h.addresses
+    )
+    vteps = frozenset((vni_of[h.vpc], h.vtep) for h in intent.hosts)
+    return Tables(vtep=gw.vtep, compute_port=compute_port, ports=ports, vpcs=tuple(vpcs),
+                  vteps=vteps, routes=tuple(routes), groups=tuple(groups),
+                  nexthops=tuple(nexthops), storage_facing=tuple(sfs), hosts=hosts)

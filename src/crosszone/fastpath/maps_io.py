@@ -1,0 +1,213 @@
+"""Write compiled `Tables` into the gateway's BPF maps, and read its counters back.
+
+This is the one sink that turns table entries into map writes. Entries are encoded with the
+struct mirrors of `layout.py`; big tables go through batch updates. A full write is ordered
+make-before-break: everything a route points at (ports, next hops, groups) is written before the
+routes, and the VPC entry that enables a prefix length comes after the routes of that length.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import ipaddress
+from collections.abc import Callable, Mapping
+
+from crosszone.compile.tables import Group, HostEntry, Nexthop, Port, Route, StorageFacing, Tables, Vpc
+from crosszone.fastpath import layout as L
+from crosszone.fastpath.libbpf import BpfMap, BpfObject
+from crosszone.fastpath.reasons import Reason
+
+
+def _b(s: ctypes.Structure) -> bytes:
+    return bytes(s)
+
+
+def _mask(net: ipaddress._BaseNetwork) -> bytes:
+    return int(net.netmask).to_bytes(net.max_prefixlen // 8, "big")
+
+
+def encode_vpc(v: Vpc) -> bytes:
+    """struct cz_vpc for vpc_by_vni."""
+    s = L.CzVpc(vpc_id=v.vpc_id, flags=v.flags, n_plens4=len(v.plens4), n_plens6=len(v.plens6))
+    if v.prefix4 is not None and v.sf4 is not None:
+        L.fill(s.prefix4, v.prefix4.network_address.packed)
+        L.fill(s.mask4, _mask(v.prefix4))
+        L.fill(s.sf4, v.sf4.network_address.packed)
+    if v.prefix6 is not None and v.sf6 is not None:
+        L.fill(s.prefix6, v.prefix6.network_address.packed)
+        L.fill(s.mask6, _mask(v.prefix6))
+        L.fill(s.sf6, v.sf6.network_address.packed)
+    L.fill(s.plens4, bytes(v.plens4))
+    L.fill(s.plens6, bytes(v.plens6))
+    return _b(s)
+
+
+def encode_route_key(r: Route, lpm: bool) -> bytes:
+    """struct cz_route4_key/cz_route6_key, or the LPM-trie baseline's key."""
+    addr = r.prefix.network_address.packed
+    if lpm:
+        cls = L.CzLpm4Key if r.prefix.version == 4 else L.CzLpm6Key
+        k = cls(prefixlen=32 + r.prefix.prefixlen)
+        L.fill(k.vpc_id, r.vpc_id.to_bytes(4, "big"))
+    else:
+        cls = L.CzRoute4Key if r.prefix.version == 4 else L.CzRoute6Key
+        k = cls(vpc_id=r.vpc_id, plen=r.prefix.prefixlen)
+    L.fill(k.addr, addr)
+    return _b(k)
+
+
+def encode_route(r: Route) -> bytes:
+    """struct cz_route."""
+    return _b(L.CzRoute(action=r.action, group=r.group))
+
+
+def encode_group(g: Group) -> bytes:
+    """struct cz_group."""
+    s = L.CzGroup(n_members=len(g.members))
+    for i, b in enumerate(g.buckets):
+        s.buckets[i] = b
+    return _b(s)
+
+
+def encode_nexthop(n: Nexthop) -> bytes:
+    """struct cz_nexthop."""
+    s = L.CzNexthop(port=n.port)
+    L.fill(s.mac, n.mac)
+    return _b(s)
+
+
+def encode_port(p: Port) -> bytes:
+    """struct cz_port."""
+    s = L.CzPort(ifindex=p.ifindex)
+    L.fill(s.mac, p.mac)
+    L.fill(s.next_hop_mac, p.next_hop_mac)
+    return _b(s)
+
+
+def encode_sf(sf: StorageFacing) -> tuple[bytes, bytes]:
+    """(struct cz_sf4_key or cz_sf6_key, struct cz_sf)."""
+    key_cls = L.CzSf4Key if sf.prefix.version == 4 else L.CzSf6Key
+    k = key_cls(prefixlen=sf.prefix.prefixlen)
+    L.fill(k.addr, sf.prefix.network_address.packed)
+    v = L.CzSf(vpc_id=sf.vpc_id, vni=sf.vni, identity=int(sf.identity))
+    L.fill(v.prefix, sf.vpc_prefix.network_address.packed)
+    L.fill(v.mask, _mask(sf.vpc_prefix))
+    L.fill(v.router_mac, sf.router_mac)
+    return _b(k), _b(v)
+
+
+def encode_host(h: HostEntry) -> tuple[bytes, bytes]:
+    """(struct cz_host_key, struct cz_host)."""
+    k = L.CzHostKey(vpc_id=h.vpc_id, family=h.addr.version)
+    L.fill(k.addr, h.addr.packed)
+    v = L.CzHost()
+    L.fill(v.vtep, h.vtep.packed)
+    L.fill(v.mac, h.mac)
+    return _b(k), _b(v)
+
+
+def encode_config(t: Tables) -> bytes:
+    """struct cz_config."""
+    c = L.CzConfig(flags=t.flags, compute_port=t.compute_port)
+    L.fill(c.vtep, t.vtep.packed)
+    return _b(c)
+
+
+def encode_vtep(vni: int, vtep: ipaddress.IPv4Address) -> bytes:
+    """struct cz_vtep_key."""
+    k = L.CzVtepKey(vni=vni)
+    L.fill(k.vtep, vtep.packed)
+    return _b(k)
+
+
+def bind_ports(t: Tables, ifindex_of: Callable[[str], int]) -> Tables:
+    """Tables with each port's ifindex resolved from its interface name."""
+    ports = tuple(dataclasses.replace(p, ifindex=ifindex_of(p.name)) for p in t.ports)
+    return dataclasses.replace(t, ports=ports, _index={})
+
+
+def _u32(i: int) -> bytes:
+    return i.to_bytes(4, "little")
+
+
+class GatewayMaps:
+    """The maps of one loaded (or pinned) gateway program, by name."""
+
+    def __init__(self, maps: Mapping[str, BpfMap]) -> None:
+        self.maps = dict(maps)
+        self.lpm = "routes4_lpm" in self.maps
+
+    @classmethod
+    def of(cls, obj: BpfObject) -> GatewayMaps:
+        """The maps of a loaded object."""
+        return cls(obj.maps)
+
+    def write(self, t: Tables, devmap_ifindex: Callable[[Port], int] | None = None) -> None:
+        """Program every table from scratch (an empty gateway), make-before-break ordered.
+
+        devmap_ifindex gives the device a port's devmap slot points at; by default the port's own
+        ifindex (tests point the slots at lo, since test runs never transmit)."""
+        m = self.maps
+        for p in t.ports:
+            m["ports"].update(_u32(p.index), encode_port(p))
+            target = devmap_ifindex(p) if devmap_ifindex else p.ifindex
+            if target:
+                m["tx_ports"].update(_u32(p.index), _u32(target))
+        for n in t.nexthops:
+            m["nexthops"].update(_u32(n.nh_id), encode_nexthop(n))
+        for g in t.groups:
+            m["ecmp_groups"].update(_u32(g.group_id), encode_group(g))
+        if t.hosts:
+            keys, vals = zip(*(encode_host(h) for h in t.hosts))
+            m["hosts"].update_batch(list(keys), list(vals))
+        if t.vteps:
+            m["vtep_allowed"].update_batch([encode_vtep(vni, ip) for vni, ip in sorted(t.vteps)],
+                                           [_u32(1)] * len(t.vteps))
+        self.write_routes(t.routes)
+        for sf in t.storage_facing:
+            k, v = encode_sf(sf)
+            m["sf4" if sf.prefix.version == 4 else "sf6"].update(k, v)
+        for v in t.vpcs:
+            m["vpc_by_vni"].update(_u32(v.vni), encode_vpc(v))
+        m["config"].update(_u32(0), encode_config(t))
+
+    def write_routes(self, routes: tuple[Route, ...] | list[Route]) -> None:
+        """Batch-write routes into the IPv4 and IPv6 route tables."""
+        for fam, name in ((4, "routes4"), (6, "routes6")):
+            sel = [r for r in routes if r.prefix.version == fam]
+            if not sel:
+                continue
+            target = self.maps[name + "_lpm" if self.lpm else name]
+            target.update_batch([encode_route_key(r, self.lpm) for r in sel],
+                                [encode_route(r) for r in sel])
+
+    def set_flags(self, t: Tables, flags: int) -> None:
+        """Rewrite the config entry with other flags (e.g. CZ_CFG_TRACE)."""
+        self.maps["config"].update(_u32(0), encode_config(dataclasses.replace(t, flags=flags)))
+
+    def reason_stats(self) -> dict[Reason, tuple[int, int]]:
+        """Reason -> (packets, bytes), summed over CPUs."""
+        out = {}
+        for r in Reason:
+            pk = by = 0
+            for raw in self.maps["reason_stats"].lookup_percpu(_u32(int(r))):
+                c = L.CzCounter.from_buffer_copy(raw[: ctypes.sizeof(L.CzCounter)])
+                pk += c.packets
+                by += c.bytes
+            out[r] = (pk, by)
+        return out
+
+    def vpc_stats(self, vpc_id: int) -> L.CzVpcCounter:
+        """Forwarded packets and bytes of one VPC in both directions, summed over CPUs."""
+        total = L.CzVpcCounter()
+        for raw in self.maps["vpc_stats"].lookup_percpu(_u32(vpc_id)):
+            c = L.CzVpcCounter.from_buffer_copy(raw[: ctypes.sizeof(L.CzVpcCounter)])
+            for f, _ in L.CzVpcCounter._fields_:
+                setattr(total, f, getattr(total, f) + getattr(c, f))
+        return total
+
+    def last_trace(self, cpu: int) -> L.CzTrace:
+        """The trace record of one CPU (only filled with CZ_CFG_TRACE)."""
+        raw = self.maps["trace"].lookup_percpu(_u32(0))[cpu]
+        return L.CzTrace.from_buffer_copy(raw[: ctypes.sizeof(L.CzTrace)])

@@ -22,15 +22,15 @@ from crosszone.plan.catalog import Catalog, FixedPlatform, XdpServerPlatform
 from crosszone.plan.units import PlanInputError, ceil_devices, parse_bytes, require_non_negative
 
 __all__ = [
-    "PacketMix",
-    "DeviceCapacity",
-    "PlatformPlan",
-    "CapacityPlan",
-    "parse_packet_mix",
-    "device_capacity",
-    "plan_platform",
-    "plan_capacity",
     "DEFAULT_HEADROOM",
+    "CapacityPlan",
+    "DeviceCapacity",
+    "PacketMix",
+    "PlatformPlan",
+    "device_capacity",
+    "parse_packet_mix",
+    "plan_capacity",
+    "plan_platform",
 ]
 
 # ARCHITECTURE.md: devices = ceil(demand / 50 Gbps x 1.1), i.e. 10 % headroom.
@@ -230,7 +230,9 @@ def plan_capacity(
     require_non_negative(demand_gbps, "--demand", "")
     require_non_negative(headroom, "--headroom", "")
     if spares < 0:
-        raise PlanInputError("--redundancy", "", f"spare devices must not be negative, got {spares}")
+        raise PlanInputError(
+            "--redundancy", "", f"spare devices must not be negative, got {spares}"
+        )
     mix = mix or parse_packet_mix("large")
     plans = tuple(plan_platform(p, demand_gbps, headroom, spares, mix) for p in catalog.platforms)
     return CapacityPlan(demand_gbps, headroom, spares, mix, plans)

@@ -16,22 +16,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from crosszone.plan.units import PlanInputError
+from crosszone.plan.units import PlanInputError, validation_failure
 
 __all__ = [
-    "TableLimits",
-    "FixedPlatform",
-    "XdpServerPlatform",
-    "Platform",
     "Catalog",
+    "FixedPlatform",
+    "Platform",
+    "TableLimits",
+    "XdpServerPlatform",
+    "apply_fastpath_bench",
     "load_catalog",
     "read_fastpath_bench",
-    "apply_fastpath_bench",
 ]
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True, strict=False)
@@ -82,7 +82,7 @@ class _PlatformBase(BaseModel):
 
     def model_name(self) -> str:
         """The platform model tag ('fixed' or 'xdp-server')."""
-        return str(getattr(self, "model"))
+        return str(self.model)
 
 
 class FixedPlatform(_PlatformBase):
@@ -134,24 +134,6 @@ class Catalog(BaseModel):
 _MODEL_TAGS = ("fixed", "xdp-server")
 
 
-def _field_path(loc: tuple[int | str, ...], raw: Any) -> str:
-    """Render a pydantic error location as 'platforms[1] (tofino-offload).rack_u'."""
-    parts: list[str] = []
-    node: Any = raw
-    for item in loc:
-        if isinstance(item, int):
-            parts.append(f"[{item}]")
-            node = node[item] if isinstance(node, list) and item < len(node) else None
-            if isinstance(node, dict) and isinstance(node.get("name"), str):
-                parts.append(f" ({node['name']})")
-            continue
-        if item in _MODEL_TAGS and isinstance(node, dict) and node.get("model") == item:
-            continue  # the discriminated union adds the tag to the path; the reader did not write it
-        parts.append(f".{item}" if parts else str(item))
-        node = node.get(item) if isinstance(node, dict) else None
-    return "".join(parts)
-
-
 def load_catalog(text: str, source: str) -> Catalog:
     """Validate catalog YAML text (from `source`, used in messages) into a frozen Catalog."""
     try:
@@ -163,20 +145,7 @@ def load_catalog(text: str, source: str) -> Catalog:
     try:
         return Catalog.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        path = _field_path(tuple(err["loc"]), raw)
-        msg = str(err["msg"])
-        # Errors from our own validators arrive as "Value error, sources.x: ..."; keep the field.
-        msg = msg.removeprefix("Value error, ")
-        if err["type"] == "missing":
-            msg = "required field is missing"
-        elif err["type"] == "extra_forbidden":
-            msg = "unknown field"
-        if "." in msg.split(":", 1)[0] and ":" in msg:
-            sub, msg = msg.split(":", 1)
-            path = f"{path}.{sub}" if path else sub
-            msg = msg.strip()
-        raise PlanInputError(source, path or "platforms", msg) from None
+        raise validation_failure(exc, raw, source, tags=_MODEL_TAGS) from None
 
 
 def read_fastpath_bench(lines: Iterable[str], source: str) -> dict[str, float]:

@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
 
 __all__ = [
     "PlanInputError",
-    "parse_rate_gbps",
+    "ceil_devices",
     "parse_bytes",
     "parse_duration_s",
-    "parse_share",
+    "parse_rate_gbps",
     "parse_redundancy",
+    "parse_share",
     "require_non_negative",
-    "ceil_devices",
+    "validation_failure",
 ]
 
 
@@ -92,7 +97,7 @@ def require_non_negative(value: float, source: str, field: str, text: object = N
     return value
 
 
-def parse_rate_gbps(text: str | float | int, source: str = "--demand", field: str = "") -> float:
+def parse_rate_gbps(text: str | float, source: str = "--demand", field: str = "") -> float:
     """Parse a bit rate such as '2Tbps' or '500 Gbps' into Gbps (>= 0)."""
     if isinstance(text, bool):
         raise PlanInputError(source, field, f"expected a rate such as '2Tbps', got {text!r}")
@@ -104,13 +109,21 @@ def parse_rate_gbps(text: str | float | int, source: str = "--demand", field: st
         raise PlanInputError(
             source, field, f"{text!r} has no unit; write e.g. '{text}Gbps' or '{text}Tbps'"
         )
+    raw_unit = _QUANTITY.match(text).group(2)  # type: ignore[union-attr]  # _split matched
+    if unit in _RATE_UNITS_GBPS and not raw_unit.endswith("bps"):
+        # 'TBps' or 'GBPS' would be bytes per second (8x more): refuse rather than guess.
+        raise PlanInputError(
+            source,
+            field,
+            f"unit {raw_unit!r} in {text!r} reads as bytes/s; write bits, e.g. 'Tbps'",
+        )
     if unit not in _RATE_UNITS_GBPS:
-        known = ", ".join(["bps", "Kbps", "Mbps", "Gbps", "Tbps", "Pbps"])
+        known = "bps, Kbps, Mbps, Gbps, Tbps, Pbps"
         raise PlanInputError(source, field, f"unknown rate unit {unit!r} in {text!r} (use {known})")
     return require_non_negative(value * _RATE_UNITS_GBPS[unit], source, field, text)
 
 
-def parse_bytes(text: str | float | int, source: str, field: str = "") -> float:
+def parse_bytes(text: str | float, source: str, field: str = "") -> float:
     """Parse a size such as '1514', '1514B', '64KiB' or '5GB' into bytes (>= 0)."""
     if isinstance(text, bool):
         raise PlanInputError(source, field, f"expected a size such as '5GB', got {text!r}")
@@ -121,12 +134,14 @@ def parse_bytes(text: str | float | int, source: str, field: str = "") -> float:
         unit = "b"
     if unit not in _SIZE_UNITS:
         raise PlanInputError(
-            source, field, f"unknown size unit {unit!r} in {text!r} (use B, kB, MB, GB, KiB, MiB, GiB)"
+            source,
+            field,
+            f"unknown size unit {unit!r} in {text!r} (use B, kB, MB, GB, KiB, MiB, GiB)",
         )
     return require_non_negative(value * _SIZE_UNITS[unit], source, field, text)
 
 
-def parse_duration_s(text: str | float | int, source: str, field: str = "") -> float:
+def parse_duration_s(text: str | float, source: str, field: str = "") -> float:
     """Parse a duration such as '100ms', '1.5s', '10min' or '1h' into seconds (>= 0)."""
     if isinstance(text, bool):
         raise PlanInputError(source, field, f"expected a duration such as '1h', got {text!r}")
@@ -142,7 +157,7 @@ def parse_duration_s(text: str | float | int, source: str, field: str = "") -> f
     return require_non_negative(value * _DURATION_UNITS_S[unit], source, field, text)
 
 
-def parse_share(text: str | float | int, source: str, field: str = "") -> float:
+def parse_share(text: str | float, source: str, field: str = "") -> float:
     """Parse a share such as '10%' or '0.1' into a fraction (>= 0)."""
     if isinstance(text, bool):
         raise PlanInputError(source, field, f"expected a share such as '10%', got {text!r}")
@@ -185,3 +200,40 @@ def ceil_devices(required: float) -> int:
     buy a 23rd gateway. Nine decimals is far below any physically meaningful fraction of a device.
     """
     return max(0, math.ceil(round(required, 9)))
+
+
+def _field_path(loc: tuple[int | str, ...], raw: Any, tags: Sequence[str]) -> str:
+    """Render a pydantic error location as 'platforms[1] (tofino-offload).rack_u'."""
+    parts: list[str] = []
+    node: Any = raw
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+            node = node[item] if isinstance(node, list) and item < len(node) else None
+            if isinstance(node, dict) and isinstance(node.get("name"), str):
+                parts.append(f" ({node['name']})")
+            continue
+        if item in tags and isinstance(node, dict) and item in node.values():
+            continue  # a discriminated union adds its tag to the path; the reader did not write it
+        parts.append(f".{item}" if parts else str(item))
+        node = node.get(item) if isinstance(node, dict) else None
+    return "".join(parts)
+
+
+def validation_failure(
+    exc: ValidationError, raw: Any, source: str, tags: Sequence[str] = ()
+) -> PlanInputError:
+    """Turn pydantic's first error into a PlanInputError naming the file and the field path."""
+    err = exc.errors()[0]
+    path = _field_path(tuple(err["loc"]), raw, tags)
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "missing":
+        msg = "required field is missing"
+    elif err["type"] == "extra_forbidden":
+        msg = "unknown field"
+    head, sep, tail = msg.partition(": ")
+    # Model validators report a sub-field as "sources.x: reason"; fold it into the path.
+    if sep and " " not in head and head:
+        path = f"{path}.{head}" if path else head
+        msg = tail
+    return PlanInputError(source, path or "(top level)", msg)

@@ -1,0 +1,44 @@
+"""Fixtures for the emulator's integration tests: a small deployment and traffic probes.
+
+Each test module brings up its own deployment (module scope) and takes it down in `finally`,
+even when the module fails. `fastpath_ready` says whether `crosszone fastpath attach` exists;
+until it does, scenarios run on the legacy gateways only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from crosszone.emulate import crosszone_gateway as xgw
+from crosszone.emulate import deploy, netns, topology
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ROOT / "examples" / "emulate-small.yaml"
+
+
+def _skip_unless_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("integration tests need root (network namespaces, FRR, XDP)")
+
+
+@pytest.fixture(scope="module")
+def deployment() -> Iterator[deploy.Deployment]:
+    """The small deployment, up for the whole module, always taken down."""
+    _skip_unless_root()
+    spec = topology.load(SMALL)
+    dep = deploy.Deployment(topology.plan(spec), netns.Executor(), topology_path=str(SMALL))
+    try:
+        dep.up(log=lambda m: print(f"[up] {m}"))
+        yield dep
+    finally:
+        deploy.down(netns.Executor(), log=lambda m: print(f"[down] {m}"))
+
+
+@pytest.fixture(scope="session")
+def fastpath_ready() -> bool:
+    """True when the crosszone fast path can be attached."""
+    return xgw.fastpath_available()

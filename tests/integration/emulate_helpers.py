@@ -1,0 +1,83 @@
+"""Helpers shared by the emulator's integration tests (probes, commands, counters)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+from crosszone.emulate import deploy, topology
+from crosszone.emulate import state as st
+
+
+def kinds(dep: deploy.Deployment) -> list[str]:
+    """Gateway kinds that can carry traffic in this deployment."""
+    state = st.load()
+    out = ["legacy"] if dep.plan.gateways_of("legacy") else []
+    if state and any(state.fastpath.values()):
+        out.append("crosszone")
+    return out
+
+
+def sh(*argv: str, check: bool = True, timeout: float = 60) -> str:
+    """Run a command, return stdout."""
+    res = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
+    if check and res.returncode != 0:
+        raise AssertionError(f"{' '.join(argv)}: exit {res.returncode}: {res.stderr}")
+    return res.stdout
+
+
+def py_in(ns: str, script: str, timeout: float = 60) -> str:
+    """Run a Python snippet inside namespace ns, return stdout."""
+    return sh("ip", "netns", "exec", ns, sys.executable, "-c", textwrap.dedent(script),
+              timeout=timeout)
+
+
+PROBE = """
+import http.client, json, time, socket
+url_host, path, duration, interval = {host!r}, {path!r}, {duration}, {interval}
+end = time.monotonic() + duration
+ok = fail = 0
+first_fail = last_fail = None
+last_ok = time.monotonic(); max_gap = 0.0
+while time.monotonic() < end:
+    t = time.monotonic()
+    try:
+        # A new connection each time: a new source port, so a new ECMP hash on every hop.
+        c = http.client.HTTPConnection(url_host, 80, timeout=0.3)
+        c.request("GET", path); r = c.getresponse(); r.read(); c.close()
+        if r.status != 200: raise OSError(r.status)
+        now = time.monotonic(); max_gap = max(max_gap, now - last_ok); last_ok = now; ok += 1
+    except (OSError, http.client.HTTPException, socket.timeout):
+        fail += 1
+        first_fail = first_fail or t
+        last_fail = time.monotonic()
+    time.sleep(max(0.0, interval - (time.monotonic() - t)))
+max_gap = max(max_gap, time.monotonic() - last_ok)
+# Failure window: from the start of the first failed attempt to the end of the last one.
+window = (last_fail - first_fail) if first_fail else 0.0
+print(json.dumps({{"ok": ok, "fail": fail, "max_gap_s": max_gap, "fail_window_s": window}}))
+"""
+
+
+def start_probe(ns: str, host: str, duration: float, interval: float = 0.01,
+                path: str = "/meta/shard-00000.json") -> subprocess.Popen[str]:
+    """Start a background HTTP probe (new connection every `interval`) inside ns."""
+    script = PROBE.format(host=host, path=path, duration=duration, interval=interval)
+    return subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", script],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def probe_result(proc: subprocess.Popen[str]) -> dict[str, float]:
+    """Wait for a probe and parse its result."""
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    result: dict[str, float] = json.loads(out)
+    return result
+
+
+def c0_rx_packets(gw: topology.Gateway) -> int:
+    """Packets received on a gateway's compute-facing interface."""
+    data = json.loads(sh("ip", "-n", gw.ns, "-s", "-j", "link", "show", "c0"))
+    return int(data[0]["stats64"]["rx"]["packets"])

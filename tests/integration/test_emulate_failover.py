@@ -1,0 +1,104 @@
+"""A gateway fails and traffic continues through the others; the interruption is printed.
+
+Two failures: links down (the routers see carrier loss; the kernel drops the nexthop from its
+group at once) and a silent failure (links up, every received packet dropped by an XDP program:
+only BFD notices). The whole gateway fails in both cases: if only its compute side died it would
+still announce the storage-facing prefixes and black-hole replies (see docs/emulate.md).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from emulate_helpers import kinds, probe_result, sh, start_probe
+
+from crosszone.emulate import crosszone_gateway as xgw
+from crosszone.emulate import deploy, netns
+from crosszone.emulate import state as st
+
+pytestmark = pytest.mark.integration
+
+DROP_ALL_C = """\
+#include <linux/bpf.h>
+__attribute__((section("xdp"), used)) int drop_all(struct xdp_md *ctx) { return XDP_DROP; }
+char _license[] __attribute__((section("license"), used)) = "GPL";
+"""
+# Probe cadence and the bound we accept: BFD 5 x 30 ms plus BGP/zebra work on a busy box.
+MAX_INTERRUPTION_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def drop_all_obj(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny drop-all XDP object, compiled here."""
+    d = tmp_path_factory.mktemp("xdp")
+    src, obj = d / "drop_all.c", d / "drop_all.o"
+    src.write_text(DROP_ALL_C)
+    arch = sh("uname", "-m").strip()
+    sh("clang", "-O2", "-g", "-target", "bpf", f"-I/usr/include/{arch}-linux-gnu",
+       "-c", str(src), "-o", str(obj))
+    return obj
+
+
+def _run_failure(dep: deploy.Deployment, kind: str, fail: list[list[str]],
+                 restore: list[list[str]]) -> dict[str, float]:
+    dep.switch(kind)  # type: ignore[arg-type]
+    node = dep.plan.storage_nodes[0]
+    probes = [start_probe(ep.ns, node.addr, 6.0, 0.01) for ep in dep.plan.endpoints[:2]]
+    time.sleep(1.5)
+    try:
+        for argv in fail:
+            sh(*argv)
+        time.sleep(3.0)
+    finally:
+        for argv in restore:
+            subprocess.run(argv, capture_output=True, check=False)
+    results = [probe_result(p) for p in probes]
+    worst = max(r["fail_window_s"] for r in results)
+    print(f"{kind}: interruption (first to last failed request) {worst * 1000:.0f} ms, "
+          f"probes {results}")
+    # Routes must come back before the next scenario.
+    dep.wait_sessions(timeout=30)
+    dep.wait_routes(kind, st.load())
+    return {"interruption_s": worst, "ok": sum(r["ok"] for r in results)}
+
+
+@pytest.fixture(scope="module")
+def dep(deployment: deploy.Deployment) -> Iterator[deploy.Deployment]:
+    yield deployment
+    deployment.switch("legacy")
+
+
+@pytest.mark.parametrize("kind", ["legacy", "crosszone"])
+def test_link_down_failover(dep: deploy.Deployment, kind: str) -> None:
+    """Both links of one gateway go down; the other gateway of its kind carries on."""
+    if kind not in kinds(dep):
+        pytest.skip(f"{kind} gateways cannot carry traffic yet (fast path not attached)")
+    gw = dep.plan.gateways_of(kind)[0]  # type: ignore[arg-type]
+    down = [["ip", "-n", gw.ns, "link", "set", dev, "down"] for dev in ("c0", "s0")]
+    up = [["ip", "-n", gw.ns, "link", "set", dev, "up"] for dev in ("c0", "s0")]
+    res = _run_failure(dep, kind, down, up)
+    assert res["interruption_s"] < MAX_INTERRUPTION_S, res
+    assert res["ok"] > 100
+
+
+@pytest.mark.parametrize("kind", ["legacy", "crosszone"])
+def test_silent_failure_failover(dep: deploy.Deployment, kind: str, drop_all_obj: Path) -> None:
+    """A drop-all XDP program on one gateway's ports: BFD detects it, traffic moves over."""
+    if kind not in kinds(dep):
+        pytest.skip(f"{kind} gateways cannot carry traffic yet (fast path not attached)")
+    gw = dep.plan.gateways_of(kind)[0]  # type: ignore[arg-type]
+    # -force: on a crosszone gateway this replaces the fast path, which is the failure we want.
+    fail = [["ip", "-n", gw.ns, "-force", "link", "set", "dev", dev, "xdp", "obj",
+             str(drop_all_obj), "sec", "xdp"] for dev in ("c0", "s0")]
+    restore = [["ip", "-n", gw.ns, "link", "set", "dev", dev, "xdp", "off"]
+               for dev in ("c0", "s0")]
+    if kind == "crosszone":
+        restore += [list(op.argv) for op in xgw.detach_ops(gw) + xgw.attach_ops(gw)
+                    if isinstance(op, netns.Cmd)]
+    res = _run_failure(dep, kind, fail, restore)
+    assert res["interruption_s"] < MAX_INTERRUPTION_S, res
+    assert res["ok"] > 100

@@ -196,8 +196,8 @@ def parse_redundancy(text: str | int, source: str = "--redundancy", field: str =
 def ceil_devices(required: float) -> int:
     """Round a fractional device count up, forgiving binary floating-point noise.
 
-    1000 Gbps x 1.1 / 50 Gbps is 22.000000000000004 in binary floating point; a plain ceil would
-    buy a 23rd gateway. Nine decimals is far below any physically meaningful fraction of a device.
+    Products such as demand x 1.1 / capacity land a hair above a whole number in binary floating
+    point (1500 Gbps x 1.1 / 50 Gbps is 33.00000000000001); a plain ceil would then buy one gateway too many. Nine decimals is far below any physically meaningful fraction of a device.
     """
     return max(0, math.ceil(round(required, 9)))
 

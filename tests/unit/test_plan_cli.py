@@ -1,0 +1,187 @@
+"""The plan, simulate and bench simulate commands: output, JSON, charts and user errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from crosszone.plan.commands import register
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+CATALOG = str(ROOT / "examples" / "catalog.yaml")
+RACK = str(ROOT / "examples" / "scenarios" / "rack.yaml")
+
+
+@pytest.fixture(scope="module")
+def app():
+    app = typer.Typer()
+    bench = typer.Typer()
+    app.add_typer(bench, name="bench")
+    register(app, bench)
+    return app
+
+
+def run(app, *args):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_plan_json_published_figures(app):
+    for demand, x86, tofino in (("1Tbps", 22, 1), ("2Tbps", 44, 2)):
+        result = run(app, "plan", "--demand", demand, "--catalog", CATALOG, "--json")
+        assert result.exit_code == 0, result.output
+        out = json.loads(result.output)
+        by_name = {p["name"]: p for p in out["platforms"]}
+        assert by_name["x86-software"]["devices"] == x86
+        assert by_name["tofino-offload"]["devices"] == tofino
+        assert "crosszone-xdp" in by_name
+
+
+def test_plan_table_tables_and_chart(app, tmp_path):
+    result = run(
+        app,
+        "plan",
+        "--servers",
+        "50",
+        "--server-rate",
+        "50Gbps",
+        "--catalog",
+        CATALOG,
+        "--vpcs",
+        "5000",
+        "--routes",
+        "10",
+        "--hosts",
+        "10",
+        "--chart",
+        str(tmp_path / "plan"),
+    )
+    assert result.exit_code == 0, result.output
+    assert "tofino-offload" in result.output and "slow path" in result.output
+    assert (tmp_path / "plan.png").stat().st_size > 1000
+    assert (tmp_path / "plan.svg").read_text().startswith("<?xml")
+
+
+def test_plan_with_fastpath_bench(app, tmp_path):
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text(
+        '{"scenario": "program_routes"}\n'
+        '{"scenario": "ipv4_decap_1m_routes", "ns_per_pkt": 200.0}\n'
+    )
+    result = run(
+        app,
+        "plan",
+        "--demand",
+        "1Tbps",
+        "--catalog",
+        CATALOG,
+        "--packet-mix",
+        "64",
+        "--fastpath-bench",
+        str(bench),
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    xdp = json.loads(result.output)["platforms"][2]
+    assert xdp["capacity_limit"] == "cores"
+    assert xdp["capacity_gbps_per_device"] == pytest.approx(16 * 1e9 / 200 * 512 / 1e9, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--demand", "-1Tbps"), "--demand: must not be negative"),
+        (("--demand", "2 parsecs"), "--demand: unknown rate unit"),
+        (("--demand", "2000"), "has no unit"),
+        ((), "--demand: missing"),
+        (("--demand", "1Tbps", "--headroom", "-5%"), "--headroom: must not be negative"),
+        (("--demand", "1Tbps", "--redundancy", "N-1"), "--redundancy"),
+        (("--demand", "1Tbps", "--vpcs", "3"), "--routes: missing"),
+        (("--demand", "1Tbps", "--vpcs", "-3", "--routes", "1", "--hosts", "1"), "vpcs: must not"),
+        (("--demand", "1Tbps", "--catalog", "/nonexistent.yaml"), "/nonexistent.yaml: cannot read"),
+        (("--demand", "1Tbps", "--fastpath-bench", "/nonexistent.jsonl"), "cannot read"),
+        (("--demand", "1Tbps", "--intent", "/nonexistent.yaml"), "/nonexistent.yaml: cannot read"),
+    ],
+)
+def test_plan_user_errors(app, args, message):
+    full = ["plan", *args]
+    if "--catalog" not in args:
+        full += ["--catalog", CATALOG]
+    result = run(app, *full)
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_missing_catalog_field_via_cli(app, tmp_path):
+    bad = tmp_path / "cat.yaml"
+    bad.write_text(Path(CATALOG).read_text().replace("    power_w: 800\n", "", 1))
+    result = run(app, "plan", "--demand", "1Tbps", "--catalog", str(bad))
+    assert result.exit_code == 2
+    assert f"{bad}: platforms[1] (tofino-offload).power_w: required field is missing" in (
+        result.output.replace("\n", "")
+    )
+
+
+def test_intent_counts(app, tmp_path):
+    loader = pytest.importorskip("crosszone.intent.loader")  # the intent plane is being written
+    del loader
+    intents = sorted((ROOT / "examples").glob("**/intent*.yaml"))
+    if not intents:
+        pytest.skip("no example intent file yet")
+    result = run(
+        app,
+        "plan",
+        "--demand",
+        "1Tbps",
+        "--catalog",
+        CATALOG,
+        "--intent",
+        str(intents[0]),
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    assert "tables" in json.loads(result.output)["platforms"][0]
+
+
+def test_simulate_json_and_chart(app, tmp_path):
+    result = run(app, "simulate", RACK, "--json", "--chart", str(tmp_path / "sim"))
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["servers"] == 8 and len(out["tiers"]) == 2
+    for tier in out["tiers"]:
+        assert {
+            "dataset_load_s",
+            "checkpoint_stall_s",
+            "small_delay_p99_us",
+            "step_s",
+            "training_s",
+        } <= set(tier)
+    assert (tmp_path / "sim.png").exists() and (tmp_path / "sim.svg").exists()
+
+
+def test_simulate_table_and_errors(app, tmp_path):
+    result = run(app, "simulate", RACK)
+    assert result.exit_code == 0 and "crosszone-xdp" in result.output
+    bad = tmp_path / "s.yaml"
+    bad.write_text(Path(RACK).read_text().replace("servers: 8", "servers: -8"))
+    result = run(app, "simulate", str(bad))
+    assert result.exit_code == 2
+    assert f"{bad}: cluster.servers:" in result.output.replace("\n", "")
+    result = run(app, "simulate", "/nonexistent.yaml")
+    assert result.exit_code == 2 and "cannot read" in result.output
+
+
+def test_bench_simulate_small(app):
+    result = run(app, "bench", "simulate", "--servers", "20", "--duration", "60s", "--json")
+    assert result.exit_code == 0, result.output
+    line = json.loads(result.output)
+    assert line["servers"] == 20 and line["simulated_s"] == 60
+    assert line["flows"] > 0 and line["wall_s"] >= 0
+    result = run(app, "bench", "simulate", "--servers", "0", "--json")
+    assert result.exit_code == 2

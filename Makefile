@@ -8,7 +8,11 @@ BPF_HDRS := $(wildcard $(BPF_SRC)/*.h)
 BPF_CFLAGS := -O2 -g -target bpf -Wall -Werror -I/usr/include/$(shell uname -m)-linux-gnu
 APT_PKGS := clang llvm libbpf-dev bpftool iproute2 nftables frr nginx-light etcd-server \
             etcd-client iputils-ping tcpdump libelf1
-BPF_OBJS := $(BUILD)/xdp_gateway.o $(BUILD)/xdp_gateway_lpm.o $(BUILD)/xdp_floor.o $(BUILD)/xdp_pass.o
+BPF_OBJS := $(BUILD)/xdp_gateway.o $(BUILD)/xdp_gateway_lpm.o $(BUILD)/xdp_floor.o \
+            $(BUILD)/xdp_pass.o $(BUILD)/xdp_drop.o
+# Benchmark builds (bpf/bench_harness.h, bpf/bench_spread.h): never attached to a device.
+BENCH_OBJS := $(BUILD)/bench_gateway.o $(BUILD)/bench_gateway_lpm.o $(BUILD)/bench_gateway_spread.o \
+              $(BUILD)/bench_gateway_lpm_spread.o $(BUILD)/bench_floor.o
 
 .PHONY: setup apt venv build test test-unit demo bench clean
 
@@ -30,7 +34,7 @@ $(VENV)/.stamp: pyproject.toml
 	@$(PY) -m pip install -q -e '.[dev]'
 	@touch $@
 
-build: setup $(BPF_OBJS)
+build: setup $(BPF_OBJS) $(BENCH_OBJS)
 
 $(BUILD)/xdp_gateway.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS)
 	@mkdir -p $(BUILD)
@@ -39,6 +43,21 @@ $(BUILD)/xdp_gateway.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS)
 $(BUILD)/xdp_gateway_lpm.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS)
 	@mkdir -p $(BUILD)
 	clang $(BPF_CFLAGS) -DCZ_ROUTES_LPM_TRIE -c $< -o $@
+
+$(BUILD)/bench_gateway.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS)
+	clang $(BPF_CFLAGS) -DCZ_BENCH -c $< -o $@
+
+$(BUILD)/bench_gateway_lpm.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS)
+	clang $(BPF_CFLAGS) -DCZ_BENCH -DCZ_ROUTES_LPM_TRIE -c $< -o $@
+
+$(BUILD)/bench_gateway_spread.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS)
+	clang $(BPF_CFLAGS) -DCZ_BENCH -DCZ_BENCH_SPREAD=100000 -c $< -o $@
+
+$(BUILD)/bench_gateway_lpm_spread.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS)
+	clang $(BPF_CFLAGS) -DCZ_BENCH -DCZ_ROUTES_LPM_TRIE -DCZ_BENCH_SPREAD=100000 -c $< -o $@
+
+$(BUILD)/bench_floor.o: $(BPF_SRC)/xdp_floor.c $(BPF_HDRS)
+	clang $(BPF_CFLAGS) -DCZ_BENCH -c $< -o $@
 
 $(BUILD)/%.o: $(BPF_SRC)/%.c $(BPF_HDRS)
 	@mkdir -p $(BUILD)

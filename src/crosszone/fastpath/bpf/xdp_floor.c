@@ -4,6 +4,9 @@
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <bpf/bpf_helpers.h>
+#ifdef CZ_BENCH
+#include "bench_harness.h"
+#endif
 
 SEC("xdp.frags")
 int cz_floor(struct xdp_md *ctx)
@@ -13,11 +16,21 @@ int cz_floor(struct xdp_md *ctx)
 	struct ethhdr *eth = data;
 	unsigned char tmp[ETH_ALEN];
 
+#ifdef CZ_BENCH
+	struct cz_bench_save *bench = cz_bench_enter(ctx);
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+#endif
 	if ((void *)(eth + 1) > data_end)
 		return XDP_DROP;
 	__builtin_memcpy(tmp, eth->h_dest, ETH_ALEN);
 	__builtin_memcpy(eth->h_dest, eth->h_source, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, tmp, ETH_ALEN);
+#ifdef CZ_BENCH
+	if (bench)
+		cz_bench_leave(ctx, bench);
+#endif
 	return XDP_TX;
 }
 

@@ -95,6 +95,13 @@ static __always_inline void cz_count(const struct cz_config *cfg, __u64 len, str
 	}
 }
 
+#ifdef CZ_BENCH
+#include "bench_harness.h"
+#endif
+#ifdef CZ_BENCH_SPREAD
+#include "bench_spread.h"
+#endif
+
 SEC("xdp.frags")
 int cz_gateway(struct xdp_md *ctx)
 {
@@ -106,9 +113,19 @@ int cz_gateway(struct xdp_md *ctx)
 	__u64 len = bpf_xdp_get_buff_len(ctx);
 	struct cz_config *cfg = bpf_map_lookup_elem(&config, &zero);
 
+#ifdef CZ_BENCH
+	struct cz_bench_save *bench = cz_bench_enter(ctx);
+#endif
+#ifdef CZ_BENCH_SPREAD
+	cz_bench_spread(ctx);
+#endif
 	if (cfg)
 		cz_classify(ctx, cfg, len, &v);
 	cz_count(cfg, len, &v);
+#ifdef CZ_BENCH
+	if (bench)
+		cz_bench_leave(ctx, bench);
+#endif
 	return v.action;
 }
 

@@ -1,0 +1,150 @@
+"""Attach the gateway to real interfaces, pin it, and take it away again.
+
+`attach` loads the program with its maps pinned under `<pin_dir>/maps` (a restarted agent reuses
+them, so forwarding never stops), programs the tables compiled from an intent, attaches the
+program in native mode to every gateway interface and an XDP_PASS program to each veth peer
+(veth only accepts XDP_REDIRECT into a device whose peer runs XDP). What was done is recorded in
+a state file so that `detach` can undo exactly that, also from another process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyroute2 import IPRoute
+
+from crosszone.compile.tables import Tables, compile_intent
+from crosszone.fastpath.libbpf import (
+    BpfMap,
+    BpfObject,
+    BpfProgram,
+    xdp_attach,
+    xdp_detach,
+    xdp_query_prog_id,
+)
+from crosszone.fastpath.maps_io import GatewayMaps, bind_ports
+from crosszone.fastpath.netns import in_netns, named_netns
+from crosszone.intent.loader import load_intent
+
+STATE_DIR = Path("/run/crosszone/fastpath")
+
+
+def _build_dir() -> Path:
+    return Path(__file__).resolve().parents[3] / "build"
+
+
+def _state_file(pin_dir: Path) -> Path:
+    return STATE_DIR / (str(pin_dir).strip("/").replace("/", "_") + ".json")
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """One XDP attachment: namespace (None = root), interface name and ifindex."""
+
+    netns: str | None
+    ifname: str
+    ifindex: int
+
+
+def _veth_peer(ifindex: int, home_ns: str | None) -> Attachment | None:
+    """The veth peer of ifindex, searched in the root and every named namespace."""
+    with in_netns(home_ns), IPRoute() as ipr:
+        link = ipr.get_links(ifindex)[0]
+        kind = (link.get_attr("IFLA_LINKINFO") or {}).get_attr("IFLA_INFO_KIND") if link.get_attr(
+            "IFLA_LINKINFO") else None
+        peer_index = link.get_attr("IFLA_LINK")
+    if kind != "veth" or not peer_index:
+        return None
+    for ns in [None, *named_netns()]:
+        if ns == home_ns:
+            continue
+        with in_netns(ns), IPRoute() as ipr:
+            for cand in ipr.get_links():
+                if cand["index"] == peer_index and cand.get_attr("IFLA_LINK") == ifindex:
+                    return Attachment(ns, cand.get_attr("IFLA_IFNAME"), peer_index)
+    # Both ends in the same namespace.
+    with in_netns(home_ns), IPRoute() as ipr:
+        for cand in ipr.get_links():
+            if cand["index"] == peer_index:
+                return Attachment(home_ns, cand.get_attr("IFLA_IFNAME"), peer_index)
+    return None
+
+
+def attach(intent_path: str | Path, pin_dir: str | Path, netns: str | None = None,
+           obj_path: str | Path | None = None) -> Tables:
+    """Load, program, attach and pin the gateway for an intent; returns the bound tables."""
+    pin = Path(pin_dir)
+    tables = compile_intent(load_intent(intent_path).intent)
+    obj_path = Path(obj_path or _build_dir() / "xdp_gateway.o")
+    pass_obj = BpfObject.open(_build_dir() / "xdp_pass.o")
+    done: list[Attachment] = []
+    with in_netns(netns):
+        bound = bind_ports(tables, socket.if_nametoindex)
+        obj = BpfObject.open(obj_path, pin_maps_dir=pin / "maps")
+        prog = obj.program("cz_gateway")
+        GatewayMaps.of(obj).write(bound)
+        prog_pin = pin / "prog"
+        if prog_pin.exists():
+            prog_pin.unlink()
+        prog.pin(prog_pin)
+    for port in bound.ports:
+        peer = _veth_peer(port.ifindex, netns)
+        with in_netns(netns):
+            xdp_attach(port.ifindex, prog.fd)
+        done.append(Attachment(netns, port.name, port.ifindex))
+        if peer is not None:
+            with in_netns(peer.netns):
+                if not xdp_query_prog_id(peer.ifindex):
+                    xdp_attach(peer.ifindex, pass_obj.program("cz_pass").fd)
+                    done.append(peer)
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    state = {"netns": netns, "pin_dir": str(pin),
+             "attachments": [a.__dict__ for a in done]}
+    _state_file(pin).write_text(json.dumps(state, indent=1))
+    obj.close()
+    pass_obj.close()
+    return bound
+
+
+def detach(pin_dir: str | Path) -> int:
+    """Undo attach: detach every recorded program and remove the pins. Returns detachments."""
+    pin = Path(pin_dir)
+    sf = _state_file(pin)
+    n = 0
+    if sf.exists():
+        state = json.loads(sf.read_text())
+        for a in state["attachments"]:
+            try:
+                with in_netns(a["netns"]):
+                    if xdp_query_prog_id(a["ifindex"]):
+                        xdp_detach(a["ifindex"])
+                        n += 1
+            except OSError:
+                pass  # namespace or link already gone: nothing attached any more
+        sf.unlink()
+    if pin.exists():
+        shutil.rmtree(pin, ignore_errors=True)
+        # bpffs refuses rmtree's directory listing order sometimes; remove what is left.
+        for root, dirs, files in os.walk(pin, topdown=False):
+            for f in files:
+                os.unlink(os.path.join(root, f))
+            os.rmdir(root)
+    return n
+
+
+def pinned_maps(pin_dir: str | Path) -> GatewayMaps:
+    """The maps of an attached gateway, opened from their pins."""
+    d = Path(pin_dir) / "maps"
+    if not d.is_dir():
+        raise FileNotFoundError(f"no gateway pinned at {pin_dir} (expected {d})")
+    return GatewayMaps({p.name: BpfMap.from_pinned(p) for p in d.iterdir()})
+
+
+def pinned_program(pin_dir: str | Path) -> BpfProgram:
+    """The pinned gateway program."""
+    return BpfProgram.from_pinned(Path(pin_dir) / "prog")

@@ -66,6 +66,7 @@ def _host_ops(p: Plan) -> list[Op]:
             ]
             v = p.spec.vpcs.index(ep.vpc) + 1
             ops += netns.ns_sysctls(ep.ns, forwarding=False)
+            ops.append(netns.full_checksums(ep.ns, "eth0"))
             # The VPC router is virtual (it is every gateway): a permanent neighbour entry
             # stands in for the ARP answer a real vSwitch would give locally.
             ops.append(in_ns(ep.ns, "ip", "neigh", "replace", ep.gw_addr, "lladdr",

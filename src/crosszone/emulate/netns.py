@@ -141,3 +141,18 @@ def list_namespaces(ex: Executor, prefix: str) -> list[str]:
     out = ex.output(["ip", "netns", "list"], check=False)
     names = [line.split()[0] for line in out.splitlines() if line.strip()]
     return sorted(n for n in names if n.startswith(prefix))
+
+
+def full_checksums(ns: str, dev: str) -> Cmd:
+    """Make `dev` send packets with complete checksums.
+
+    A veth never computes a checksum: with TX offload on, a packet leaves with CHECKSUM_PARTIAL
+    and only the pseudo-header sum in the TCP field, and every hop trusts the skb flag. An XDP
+    program sees raw bytes instead, fixes that partial sum incrementally and sends a frame whose
+    checksum is wrong for the receiver. A real NIC would have filled it in on the wire, so the
+    traffic sources (endpoints, storage nodes) compute it in software, as a wire would deliver
+    it, for both gateway kinds alike. (It also turns TSO off there: the gateways see MTU-sized
+    packets, as from a real network.)
+    """
+    return in_ns(ns, "ethtool", "-K", dev, "tx", "off")
+

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from crosszone.emulate.netns import Cmd, Op, WriteFile, in_ns
+from crosszone.emulate.netns import Cmd, Op, WriteFile, full_checksums, in_ns
 from crosszone.emulate.topology import RUN_DIR, Plan, StorageNode
 
 HTTP_PORT = 80
@@ -78,6 +78,7 @@ def plan_node(p: Plan, node: StorageNode) -> list[Op]:
              str(d / "data" / "ckpt"), str(d / "tmp"))),
         WriteFile(d / "nginx.conf", nginx_config(p, node)),
         in_ns(node.ns, "ip", "route", "replace", "default", "via", p.storage_gw_addr),
+        full_checksums(node.ns, "eth0"),
     ]
     for i in range(spec.shards):
         path = d / "data" / "dataset" / shard_name(i)

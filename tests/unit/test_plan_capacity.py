@@ -103,8 +103,10 @@ def test_bad_packet_mix(text):
 BENCH_LINES = [
     '{"scenario": "program_routes", "routes": 1000000, "s": 3.1}',
     "",
-    '{"scenario": "ipv4_decap_1m_routes", "ns_per_pkt": 80.0, "floor_ns_per_pkt": 40.1,'
-    ' "lpm_trie_ns_per_pkt": 170.3, "packet_bytes": 1514}',
+    (
+        '{"scenario": "ipv4_decap_1m_routes", "ns_per_pkt": 80.0, "floor_ns_per_pkt": 40.1,'
+        ' "lpm_trie_ns_per_pkt": 170.3, "packet_bytes": 1514}'
+    ),
     '{"scenario": "ipv4_pass_arp", "ns_per_pkt": 20.0}',
 ]
 

@@ -184,7 +184,7 @@ def parse_redundancy(text: str | int, source: str = "--redundancy", field: str =
         match = _REDUNDANCY.match(text)
         if match is not None:
             spares = int(match.group(1) or 0)
-        elif text.strip().isdigit():
+        elif re.fullmatch(r"\s*[0-9]+\s*", text):
             spares = int(text.strip())
         else:
             raise PlanInputError(source, field, f"expected N, N+1 or N+2, got {text!r}")

@@ -1,0 +1,104 @@
+"""Generated FRR and nftables configuration of the emulator, against golden files (no root).
+
+Regenerate after an intended change: CZ_UPDATE_GOLDEN=1 pytest tests/unit/test_emulate_frr.py
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from crosszone.emulate import crosszone_gateway as xgw
+from crosszone.emulate import deploy, frr, legacy_gateway, netns, topology
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).parent / "golden" / "emulate"
+
+
+@pytest.fixture(scope="module")
+def plan() -> topology.Plan:
+    return topology.plan(topology.load(ROOT / "examples" / "emulate-small.yaml"))
+
+
+def _golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("CZ_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert path.exists(), f"missing golden file {path} (set CZ_UPDATE_GOLDEN=1)"
+    assert text == path.read_text(), f"{name} differs from its golden file"
+
+
+def test_compute_router_config(plan: topology.Plan) -> None:
+    _golden("compute-router.conf", frr.router_config(plan, "compute"))
+
+
+def test_storage_router_config(plan: topology.Plan) -> None:
+    _golden("storage-router.conf", frr.router_config(plan, "storage"))
+
+
+def test_gateway_config_active_and_standby(plan: topology.Plan) -> None:
+    gw = plan.gateways[0]
+    _golden("gateway-active.conf", frr.gateway_config(plan, gw, active=True))
+    _golden("gateway-standby.conf", frr.gateway_config(plan, gw, active=False))
+
+
+def test_bfd_config(plan: topology.Plan) -> None:
+    _golden("bfdd.conf", frr.bfd_config(plan.compute_router_ns, plan.spec))
+
+
+def test_legacy_nftables(plan: topology.Plan) -> None:
+    _golden("legacy.nft", legacy_gateway.nft_ruleset(plan))
+
+
+def test_bgp_block_has_no_bfd_node(plan: topology.Plan) -> None:
+    """bgpd must never see the `bfd` node: its `exit` would end configuration mode early."""
+    for text in (frr.router_config(plan, "compute"),
+                 frr.gateway_config(plan, plan.gateways[0], True)):
+        assert "\nbfd\n" not in text
+
+
+def test_announce_then_withdraw_order(plan: topology.Plan) -> None:
+    gw = plan.gateways[0]
+    ann = frr.announce_ops(plan, gw)[0].argv
+    wd = frr.withdraw_ops(plan, gw)[0]
+    assert ann.index("network 100.64.0.0/16") < ann.index("network 10.0.0.100/32")
+    assert wd.argv.index("no network 10.0.0.100/32") < wd.argv.index("no network 100.64.0.0/16")
+    assert not wd.check  # withdrawing twice is not an error
+
+
+def test_route_nexthops_and_sessions_parsing() -> None:
+    route = ('{"10.0.0.100/32": [{"selected": true, "nexthops": [{"ip": "10.10.1.2", '
+             '"active": true}, {"ip": "10.10.2.2", "active": true}, {"ip": "10.10.3.2"}]}]}')
+    assert frr.route_nexthops(route, "10.0.0.100/32") == {"10.10.1.2", "10.10.2.2"}
+    assert frr.route_nexthops("not json", "x") == set()
+    summ = ('{"ipv4Unicast": {"peers": {"10.10.1.2": {"state": "Established"}, '
+            '"10.10.2.2": {"state": "Active"}}}}')
+    assert frr.established_peers(summ) == {"10.10.1.2"}
+
+
+def test_intent_matches_the_plan(plan: topology.Plan) -> None:
+    gw = plan.gateways_of("crosszone")[0]
+    doc = xgw.intent(plan, gw)
+    assert doc["gateway"]["vtep"] == "10.0.0.100"
+    assert [i["name"] for i in doc["gateway"]["interfaces"]] == ["c0", "s0"]
+    assert doc["gateway"]["interfaces"][0]["next_hop_mac"] == gw.compute_peer_mac
+    assert doc["storage_pools"][0]["next_hops"][0]["mac"] == gw.storage_peer_mac
+    assert len(doc["hosts"]) == len(plan.endpoints)
+    assert {v["vni"] for v in doc["vpcs"]} == {1001, 1002}
+
+
+def test_build_ops_are_planned_not_run(plan: topology.Plan) -> None:
+    ex = netns.RecordingExecutor()
+    ex.apply(deploy.build_ops(plan, "legacy"))
+    cmds = [str(op) for op in ex.ops if isinstance(op, netns.Cmd)]
+    assert any("type vxlan id 1001" in c for c in cmds)
+    assert all("czemu-" in c or not c.startswith("ip netns exec") for c in cmds)
+    # Crosszone gateways start silent; legacy ones announce.
+    confs = {str(op.path): op.text for op in ex.ops if isinstance(op, netns.WriteFile)}
+    lgw = next(t for p, t in confs.items() if p.endswith("czemu-lgw1/frr.conf"))
+    xg = next(t for p, t in confs.items() if p.endswith("czemu-xgw1/frr.conf"))
+    assert "network 10.0.0.100/32" in lgw and "network 10.0.0.100/32" not in xg

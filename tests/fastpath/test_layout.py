@@ -1,0 +1,75 @@
+"""The Python mirrors of the C structs, enum and constants match the compiled objects."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+
+import pytest
+from conftest import BUILD, ROOT
+
+from crosszone.fastpath import btf, layout
+from crosszone.fastpath.reasons import REASON_MAX, Reason
+
+BPF = ROOT / "src" / "crosszone" / "fastpath" / "bpf"
+OBJECTS = [BUILD / "xdp_gateway.o", BUILD / "xdp_gateway_lpm.o"]
+
+
+def _layout(name: str):
+    for obj in OBJECTS:
+        try:
+            return btf.struct_layout(obj, name)
+        except (KeyError, LookupError, OSError):
+            continue
+    pytest.fail(f"struct {name} is in neither object's BTF")
+
+
+@pytest.mark.parametrize("c_name", sorted(layout.MIRRORS))
+def test_mirror_matches_btf(c_name):
+    mirror = layout.MIRRORS[c_name]
+    got = _layout(c_name)
+    assert ctypes.sizeof(mirror) == got.size, c_name
+    for field, _ in mirror._fields_:
+        desc = getattr(mirror, field)
+        assert (desc.offset, desc.size) == got.fields[field], f"{c_name}.{field}"
+    assert set(got.fields) == {f for f, _ in mirror._fields_}, c_name
+
+
+def test_reason_enum_matches_btf():
+    values = btf.enum_values(OBJECTS[0], "cz_reason")
+    assert values.pop("CZ_R_MAX") == REASON_MAX
+    assert values == {r.c_name: int(r) for r in Reason}
+
+
+def _defines(header: str) -> dict[str, int]:
+    out = {}
+    for m in re.finditer(r"^#define\s+(CZ_\w+)\s+\(?(0x[0-9a-fA-F]+|\d+)(u?)\s*(<<\s*(\d+))?\)?",
+                         (BPF / header).read_text(), re.M):
+        value = int(m.group(2), 0)
+        if m.group(5):
+            value <<= int(m.group(5))
+        out[m.group(1)] = value
+    return out
+
+
+@pytest.mark.parametrize("header", ["limits.h", "structs.h"])
+def test_constants_match_headers(header):
+    defines = _defines(header)
+    assert defines, header
+    for name, value in defines.items():
+        assert getattr(layout, name) == value, name
+
+
+def test_model_and_bpf_agree_on_sizes_used_by_maps(gateway_object):
+    from crosszone.fastpath.libbpf import BpfObject
+
+    with BpfObject.open(gateway_object) as obj:
+        pairs = {"routes4": (layout.CzRoute4Key, layout.CzRoute), "hosts": (layout.CzHostKey,
+                 layout.CzHost), "vpc_by_vni": (ctypes.c_uint32, layout.CzVpc),
+                 "ecmp_groups": (ctypes.c_uint32, layout.CzGroup), "sf4": (layout.CzSf4Key,
+                 layout.CzSf), "config": (ctypes.c_uint32, layout.CzConfig)}
+        for name, (k, v) in pairs.items():
+            m = obj.map(name)
+            assert (m.key_size, m.value_size) == (ctypes.sizeof(k), ctypes.sizeof(v)), name
+        assert obj.map("routes4").max_entries == layout.CZ_MAX_ROUTES4
+        assert obj.map("reason_stats").max_entries == REASON_MAX

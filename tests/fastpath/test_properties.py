@@ -1,0 +1,86 @@
+"""Property tests on the real program: it agrees with the reference model on every frame
+(valid, random or malformed), and tenants stay isolated whatever comes in."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from packet_fixtures import tables
+from packet_strategies import frames
+from scapy.layers.inet import IP
+from scapy.layers.inet6 import IPv6
+from scapy.layers.l2 import Ether
+from scapy.layers.vxlan import VXLAN
+
+from crosszone.fastpath import model
+from crosszone.fastpath.reasons import Reason, XdpAction
+from crosszone.fastpath.testrun import LOOPBACK_IFINDEX, TestRunner
+
+SETTINGS = settings(max_examples=600, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                           HealthCheck.too_slow])
+
+
+@pytest.fixture(scope="module")
+def runner(gateway_object):
+    r = TestRunner(tables(), gateway_object)
+    yield r
+    r.close()
+
+
+@SETTINGS
+@given(frame=frames())
+def test_program_and_model_agree(runner, frame):
+    k = runner.run(frame)
+    m = model.process(frame, runner.tables, LOOPBACK_IFINDEX)
+    assert (k.action, k.reason, k.port, k.vpc_id) == (m.action, m.reason, m.port, m.vpc_id)
+    assert k.data == m.data
+
+
+def _vpc_of_vni(t, vni):
+    return next((v for v in t.vpcs if v.vni == vni), None)
+
+
+def assert_isolated(t, frame: bytes, res: model.Result) -> None:
+    """No packet crosses from one VPC to another, or leaves outside its VPC's routes."""
+    if res.action not in (XdpAction.TX, XdpAction.REDIRECT):
+        return
+    out = Ether(res.data)
+    if res.reason == Reason.FWD_TO_STORAGE:
+        vni = Ether(frame)[VXLAN].vni
+        vpc = _vpc_of_vni(t, vni)
+        assert vpc is not None and res.vpc_id == vpc.vpc_id
+        ip = out[IP] if IP in out else out[IPv6]
+        src, dst = ipaddress.ip_address(ip.src), ipaddress.ip_address(ip.dst)
+        sf = vpc.sf4 if src.version == 4 else vpc.sf6
+        assert sf is not None and src in sf, "left with another VPC's (or no) storage address"
+        routes = [r for r in t.routes if r.vpc_id == vpc.vpc_id and r.prefix.version == dst.version]
+        best = max((r for r in routes if dst in r.prefix), key=lambda r: r.prefix.prefixlen,
+                   default=None)
+        assert best is not None and best.action == 1, "forwarded outside the VPC's routes"
+        assert VXLAN not in out
+    else:
+        assert res.reason == Reason.FWD_TO_COMPUTE
+        vni = out[VXLAN].vni
+        vpc = _vpc_of_vni(t, vni)
+        assert vpc is not None and vpc.vpc_id == res.vpc_id
+        inner = out[VXLAN].payload
+        ip = inner[IP] if IP in inner else inner[IPv6]
+        host = next((h for h in t.hosts if h.vpc_id == vpc.vpc_id and
+                     h.addr == ipaddress.ip_address(ip.dst)), None)
+        assert host is not None, "encapsulated toward an address that is not a host of the VNI"
+        assert out[IP].dst == str(host.vtep)
+        orig = Ether(frame)
+        odst = ipaddress.ip_address((orig[IP] if IP in orig else orig[IPv6]).dst)
+        sf = next(s for s in t.storage_facing if s.vpc_id == vpc.vpc_id and
+                  s.prefix.version == odst.version)
+        assert odst in sf.prefix, "reply encapsulated with the VNI of another VPC"
+
+
+@SETTINGS
+@given(frame=frames())
+def test_tenants_stay_isolated(runner, frame):
+    res = runner.run(frame)
+    assert_isolated(runner.tables, frame, res)

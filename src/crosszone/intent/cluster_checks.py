@@ -1,0 +1,201 @@
+"""Cross-reference and capacity checks of a version-2 cluster intent, all in one place.
+
+Same contract as `crosszone.intent.validate` (which checks version 1): raise `IntentProblem` with
+the document path of the offending field; the loader turns that into file:line. Route sets are
+checked with numpy (duplicates, overlap with the VPC's own space) so a million routes check in
+a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+import numpy as np
+
+from crosszone.fastpath import layout
+from crosszone.intent.prefixes import PrefixSet, duplicates4, overlaps4
+from crosszone.intent.schema_v2 import Cluster, GatewayV2
+from crosszone.intent.validate import IntentProblem, Loc, _by_family, _unique, format_loc
+
+
+def _check_gateway(gw: GatewayV2, g: int) -> None:
+    base: Loc = ("gateways", g)
+    _unique(gw.interfaces, "name", f"gateways[{g}].interfaces")
+    compute = [i for i, itf in enumerate(gw.interfaces) if itf.role == "compute"]
+    if len(compute) != 1:
+        raise IntentProblem(base + ("interfaces",), "exactly one interface must have role compute")
+    if gw.interfaces[compute[0]].next_hop_mac is None:
+        raise IntentProblem(base + ("interfaces", compute[0], "next_hop_mac"),
+                            "the compute interface needs next_hop_mac (the compute zone router)")
+    if len(gw.interfaces) > layout.CZ_MAX_PORTS:
+        raise IntentProblem(base + ("interfaces",), f"more than {layout.CZ_MAX_PORTS} ports")
+
+
+def _check_storage_facing(found: list[tuple[Any, Loc]]) -> None:
+    # Replies are demultiplexed by storage-facing destination: the prefixes must be disjoint.
+    ordered = sorted(found, key=lambda s: (s[0].version, int(s[0].network_address)))
+    last: tuple[Any, Loc] | None = None
+    for net, loc in ordered:
+        if last is not None and last[0].version == net.version and (
+            int(net.network_address) <= int(last[0].broadcast_address)
+        ):
+            raise IntentProblem(loc, f"{net} overlaps the storage-facing prefix {last[0]} "
+                                f"({format_loc(last[1])})")
+        if last is None or last[0].version != net.version or (
+            int(net.broadcast_address) > int(last[0].broadcast_address)
+        ):
+            last = (net, loc)
+
+
+def _route_sets(c: Cluster, i: int) -> list[tuple[PrefixSet, Loc]]:
+    """Every route source of VPC i: its pools' prefix sets and its explicit routes."""
+    vpc = c.vpcs[i]
+    pools = {p.name: (k, p) for k, p in enumerate(c.storage_pools)}
+    out = [(pools[n][1].prefixes, ("storage_pools", pools[n][0], "prefixes"))
+           for n in vpc.storage_pools]
+    if vpc.routes:
+        out.append((PrefixSet.from_networks([r.prefix for r in vpc.routes]),
+                    ("vpcs", i, "routes")))
+    return out
+
+
+def _check_vpc_routes(c: Cluster, i: int, fam: dict[int, Any]) -> tuple[int, int]:
+    """Duplicates and overlap with the VPC's own prefixes; returns (IPv4, IPv6) route counts."""
+    vpc = c.vpcs[i]
+    sets = _route_sets(c, i)
+    keys = np.concatenate([s.keys4() for s, _ in sets]) if sets else np.zeros(0, np.uint64)
+    dup = duplicates4(keys)
+    if len(dup):
+        j, k = int(dup[0]), int(dup[0])
+        for s, loc in sets:
+            if k < len(s.addr4):
+                net = ipaddress.IPv4Network((int(s.addr4[k]), int(s.plen4[k])))
+                raise IntentProblem(loc, f"route {net} of VPC {vpc.name} is defined twice "
+                                    f"(prefix #{k} here; #{j} of the VPC's routes)")
+            k -= len(s.addr4)
+    seen6: dict[tuple[int, int, int], Loc] = {}
+    plens6: set[int] = set()
+    for s, loc in sets:
+        for h, lo, p in zip(s.hi6.tolist(), s.lo6.tolist(), s.plen6.tolist()):
+            if (h, lo, p) in seen6:
+                net = ipaddress.IPv6Network(((h << 64) | lo, p))
+                raise IntentProblem(loc, f"route {net} of VPC {vpc.name} is also defined at "
+                                    f"{format_loc(seen6[(h, lo, p)])}")
+            seen6[(h, lo, p)] = loc
+            plens6.add(p)
+    if len(plens6) > layout.CZ_MAX_PLENS6:
+        raise IntentProblem(("vpcs", i, "routes"), f"{len(plens6)} distinct IPv6 prefix lengths; "
+                            f"the fast path handles {layout.CZ_MAX_PLENS6} per VPC")
+    own4 = fam.get(4)
+    for s, loc in sets:
+        if own4 is not None and len(s.addr4):
+            hit = np.flatnonzero(overlaps4(s.addr4, s.plen4, own4))
+            if len(hit):
+                net = ipaddress.IPv4Network((int(s.addr4[hit[0]]), int(s.plen4[hit[0]])))
+                raise IntentProblem(loc, f"route {net} overlaps the address space {own4} of VPC "
+                                    f"{vpc.name}")
+        own6 = fam.get(6)
+        if own6 is not None:
+            for net in s.networks()[len(s.addr4):]:
+                if net.overlaps(own6):
+                    raise IntentProblem(loc, f"route {net} overlaps the address space {own6} "
+                                        f"of VPC {vpc.name}")
+    return len(keys), len(seen6)
+
+
+def check_cluster(c: Cluster) -> None:
+    """Raise IntentProblem for the first cross-object problem of a schema-valid cluster."""
+    _unique(c.gateways, "name", "gateways")
+    for g, gw in enumerate(c.gateways):
+        _check_gateway(gw, g)
+    _unique(c.vpcs, "name", "vpcs")
+    _unique(c.vpcs, "vni", "vpcs")
+    _unique(c.storage_pools, "name", "storage_pools")
+    _unique(c.hosts, "name", "hosts")
+    if len(c.vpcs) > layout.CZ_MAX_VPCS:
+        raise IntentProblem(("vpcs",), f"{len(c.vpcs)} VPCs; the tables hold {layout.CZ_MAX_VPCS}")
+    if len(c.storage_pools) > layout.CZ_MAX_GROUPS:
+        raise IntentProblem(("storage_pools",), f"{len(c.storage_pools)} pools; the tables hold "
+                            f"{layout.CZ_MAX_GROUPS} ECMP groups")
+
+    nexthops = 0
+    for k, pool in enumerate(c.storage_pools):
+        _unique(pool.next_hops, "name", f"storage_pools[{k}].next_hops")
+        for m, nh in enumerate(pool.next_hops):
+            nexthops += 1
+            for gw in c.gateways:
+                if all(itf.name != nh.interface for itf in gw.interfaces):
+                    raise IntentProblem(("storage_pools", k, "next_hops", m, "interface"),
+                                        f"gateway {gw.name} has no interface {nh.interface!r}")
+    if nexthops > layout.CZ_MAX_NEXTHOPS:
+        raise IntentProblem(("storage_pools",), f"{nexthops} next hops; the tables hold "
+                            f"{layout.CZ_MAX_NEXTHOPS}")
+
+    pool_names = {p.name for p in c.storage_pools}
+    storage_facing: list[tuple[Any, Loc]] = []
+    spaces: dict[str, dict[int, Any]] = {}
+    routes4 = routes6 = 0
+    for i, vpc in enumerate(c.vpcs):
+        fam = _by_family(vpc, i)
+        spaces[vpc.name] = fam
+        if vpc.storage_facing == "identity":
+            storage_facing += [(net, ("vpcs", i, "prefixes")) for net in fam.values()]
+        else:
+            seen_sf: set[int] = set()
+            for j, sf in enumerate(vpc.storage_facing):
+                loc = ("vpcs", i, "storage_facing", j)
+                own = fam.get(sf.version)
+                if own is None or sf.version in seen_sf:
+                    raise IntentProblem(loc, f"{sf} has no IPv{sf.version} VPC prefix to map 1:1")
+                if sf.prefixlen != own.prefixlen:
+                    raise IntentProblem(loc, f"{sf} must have the length of the VPC prefix {own} "
+                                        "(1:1 mapping)")
+                seen_sf.add(sf.version)
+                storage_facing.append((sf, loc))
+            if seen_sf != set(fam):
+                raise IntentProblem(("vpcs", i, "storage_facing"),
+                                    "one storage-facing prefix per VPC prefix is needed")
+        for j, name in enumerate(vpc.storage_pools):
+            if name not in pool_names:
+                raise IntentProblem(("vpcs", i, "storage_pools", j), f"no storage pool {name!r}")
+        if len(set(vpc.storage_pools)) != len(vpc.storage_pools):
+            raise IntentProblem(("vpcs", i, "storage_pools"), "a pool is listed twice")
+        for j, r in enumerate(vpc.routes):
+            loc = ("vpcs", i, "routes", j)
+            if r.action == "forward" and r.pool is None:
+                raise IntentProblem(loc + ("pool",), "a forward route needs a pool")
+            if r.action != "forward" and r.pool is not None:
+                raise IntentProblem(loc + ("pool",), f"a {r.action} route takes no pool")
+            if r.pool is not None and r.pool not in pool_names:
+                raise IntentProblem(loc + ("pool",), f"no storage pool {r.pool!r}")
+        n4, n6 = _check_vpc_routes(c, i, fam)
+        routes4 += n4
+        routes6 += n6
+    if routes4 > layout.CZ_MAX_ROUTES4 or routes6 > layout.CZ_MAX_ROUTES6:
+        raise IntentProblem(("vpcs",), f"{routes4} IPv4 / {routes6} IPv6 routes; the tables hold "
+                            f"{layout.CZ_MAX_ROUTES4} / {layout.CZ_MAX_ROUTES6}")
+    _check_storage_facing(storage_facing)
+
+    if len(c.hosts) > layout.CZ_MAX_HOSTS:
+        raise IntentProblem(("hosts",), f"{len(c.hosts)} hosts; the tables hold "
+                            f"{layout.CZ_MAX_HOSTS}")
+    seen_addr: dict[tuple[str, Any], int] = {}
+    n_addr = 0
+    for h, host in enumerate(c.hosts):
+        fam = spaces.get(host.vpc)
+        if fam is None:
+            raise IntentProblem(("hosts", h, "vpc"), f"no VPC named {host.vpc!r}")
+        for j, addr in enumerate(host.addresses):
+            net = fam.get(addr.version)
+            if net is None or addr not in net:
+                raise IntentProblem(("hosts", h, "addresses", j),
+                                    f"{addr} is outside every prefix of VPC {host.vpc}")
+            prev = seen_addr.setdefault((host.vpc, addr), h)
+            if prev != h:
+                raise IntentProblem(("hosts", h, "addresses", j),
+                                    f"{addr} is already used by hosts[{prev}]")
+            n_addr += 1
+    if n_addr > layout.CZ_MAX_HOSTS:
+        raise IntentProblem(("hosts",), f"{n_addr} host addresses; the tables hold "
+                            f"{layout.CZ_MAX_HOSTS}")

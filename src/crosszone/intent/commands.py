@@ -1,0 +1,70 @@
+"""`crosszone check FILE`, `crosszone intent migrate FILE`; registers the control-plane commands.
+
+The CLI lists this module among its command modules; the controller, apply, status and agent
+commands live with their planes (`crosszone.control.commands`, `crosszone.agent.commands`) and are
+registered from here so that cli.py stays unchanged.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+import yaml
+from rich.console import Console
+
+from crosszone.intent.errors import InvalidIntentError
+
+intent_app = typer.Typer(help="Intent files: migrate version 1 to version 2.",
+                         no_args_is_help=True)
+
+
+def check_cmd(file: Path = typer.Argument(..., help="Intent YAML (version 1 or 2).")) -> None:
+    """Validate an intent file without touching anything; exit 2 with the first problem."""
+    from crosszone.intent.cluster import load_cluster
+
+    try:
+        c = load_cluster(file)
+    except InvalidIntentError as exc:
+        Console(stderr=True).print(f"[red]invalid:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    routes = sum(len(p.prefixes) for v in c.vpcs for p in c.storage_pools
+                 if p.name in v.storage_pools) + sum(len(v.routes) for v in c.vpcs)
+    addrs = sum(len(h.addresses) for h in c.hosts)
+    note = ""
+    with open(file) as fh:
+        first = yaml.safe_load(fh)
+    if isinstance(first, dict) and first.get("version") == 1:
+        note = " (version 1: read as a one-gateway cluster; `crosszone intent migrate` " \
+               "prints it as version 2)"
+    Console().print(f"{file}: valid{note}: {len(c.gateways)} gateways, {len(c.vpcs)} VPCs, "
+                    f"{routes} routes, {len(c.hosts)} hosts ({addrs} addresses), "
+                    f"{len(c.storage_pools)} storage pools", highlight=False)
+
+
+@intent_app.command("migrate")
+def migrate_cmd(file: Path = typer.Argument(..., help="A version-1 intent file.")) -> None:
+    """Print a version-1 (or 2) intent file in the version-2 format."""
+    from crosszone.intent.cluster import load_cluster, to_document
+
+    try:
+        c = load_cluster(file)
+    except InvalidIntentError as exc:
+        Console(stderr=True).print(f"[red]invalid:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    yaml.safe_dump(to_document(c), sys.stdout, sort_keys=False, default_flow_style=None)
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    """Add check and intent, then the controller's and the agent's commands."""
+    app.command("check")(check_cmd)
+    app.add_typer(intent_app, name="intent")
+    for name in ("crosszone.control.commands", "crosszone.agent.commands"):
+        try:
+            mod = __import__(name, fromlist=["register"])
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        mod.register(app, bench_app)

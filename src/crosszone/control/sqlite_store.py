@@ -1,0 +1,121 @@
+"""The embedded store: one SQLite file, nothing to run.
+
+Table `kv` holds the current value of each key with the revision that wrote it; table `log`
+holds every change (key, value or NULL, revision) so that `watch` can replay from any revision.
+WAL mode lets the controller write while agents in other processes read. Watch polls the log
+table (SQLite has no cross-process notification); `PRAGMA data_version` makes an idle poll one
+cheap statement, so a 2 ms poll interval costs nothing while keeping change latency low.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+from crosszone.control.store import Event, Store, StoreUnavailable
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL, rev INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS log (rev INTEGER NOT NULL, key TEXT NOT NULL, value BLOB);
+CREATE INDEX IF NOT EXISTS log_rev ON log (rev);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO meta VALUES ('revision', 0);
+"""
+
+
+class SqliteStore(Store):
+    """A Store in one SQLite file."""
+
+    def __init__(self, path: str, poll_s: float = 0.002,
+                 sleep: Callable[[float], None] = time.sleep,
+                 now: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self.poll_s = poll_s
+        self._sleep = sleep
+        self._now = now
+        self._lock = threading.Lock()
+        self._writes = 0  # data_version ignores this connection's own commits
+        try:
+            self._db = sqlite3.connect(path, timeout=10, check_same_thread=False,
+                                       isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"sqlite {path}: {exc}") from None
+
+    def _run(self, fn: Callable[[sqlite3.Connection], object]) -> object:
+        with self._lock:
+            try:
+                return fn(self._db)
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"sqlite {self.path}: {exc}") from None
+
+    def put_many(self, items: Mapping[str, bytes | None]) -> int:
+        """Write all items in one transaction with one new revision."""
+        def tx(db: sqlite3.Connection) -> int:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                rev = db.execute("SELECT value FROM meta WHERE name='revision'").fetchone()[0] + 1
+                db.execute("UPDATE meta SET value=? WHERE name='revision'", (rev,))
+                puts = [(k, v, rev) for k, v in items.items() if v is not None]
+                dels = [(k,) for k, v in items.items() if v is None]
+                db.executemany("INSERT OR REPLACE INTO kv VALUES (?, ?, ?)", puts)
+                db.executemany("DELETE FROM kv WHERE key=?", dels)
+                db.executemany("INSERT INTO log VALUES (?, ?, ?)",
+                               [(rev, k, v) for k, v in items.items()])
+                db.execute("COMMIT")
+                self._writes += 1
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            return rev
+        return int(self._run(tx))  # type: ignore[call-overload]
+
+    def get_prefix(self, prefix: str) -> tuple[dict[str, bytes], int]:
+        """All keys under prefix, read in one transaction with the revision."""
+        def tx(db: sqlite3.Connection) -> tuple[dict[str, bytes], int]:
+            db.execute("BEGIN")
+            try:
+                rev = db.execute("SELECT value FROM meta WHERE name='revision'").fetchone()[0]
+                rows = db.execute("SELECT key, value FROM kv WHERE key >= ? AND key < ?",
+                                  (prefix, prefix + "\U0010ffff")).fetchall()
+            finally:
+                db.execute("COMMIT")
+            return {k: bytes(v) for k, v in rows}, rev
+        return self._run(tx)  # type: ignore[return-value]
+
+    def revision(self) -> int:
+        """The current revision."""
+        return int(self._run(lambda db: db.execute(  # type: ignore[call-overload]
+            "SELECT value FROM meta WHERE name='revision'").fetchone()[0]))
+
+    def watch(self, prefix: str, after: int, timeout: float) -> list[Event]:
+        """Poll the change log until an event under prefix after `after` shows up."""
+        deadline = self._now() + timeout
+        version = None
+        while True:
+            def read(db: sqlite3.Connection) -> tuple[object, list[tuple[int, str, bytes | None]]]:
+                v = (db.execute("PRAGMA data_version").fetchone()[0], self._writes)
+                if v == version:
+                    return v, []
+                return v, db.execute(
+                    "SELECT rev, key, value FROM log WHERE rev > ? AND key >= ? AND key < ? "
+                    "ORDER BY rev, rowid", (after, prefix, prefix + "\U0010ffff")).fetchall()
+            version, rows = self._run(read)  # type: ignore[misc]
+            if rows:
+                return [Event(r, k, bytes(v) if v is not None else None) for r, k, v in rows]
+            if self._now() >= deadline:
+                return []
+            self._sleep(self.poll_s)
+
+    def compact(self, keep_after: int) -> None:
+        """Drop log entries at or below a revision every agent has applied."""
+        self._run(lambda db: db.execute("DELETE FROM log WHERE rev <= ?", (keep_after,)))
+
+    def close(self) -> None:
+        """Close the database."""
+        with self._lock:
+            self._db.close()

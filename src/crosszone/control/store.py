@@ -1,0 +1,77 @@
+"""The state store: one interface, two backends (SQLite file, etcd).
+
+The store is a revisioned key-value map. Every write is one transaction that gets one revision,
+strictly increasing; `watch` returns the events after a revision in revision order, so an agent
+that records the last revision it applied can resume exactly where it stopped.
+
+Keys under `intent/` hold the desired state (see `crosszone.control.objects`); keys under
+`status/` hold what each agent reports. URLs: `sqlite:///path/file.db` (the default: nothing to
+run) and `etcd://host:port` (a cluster).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+INTENT = "intent/"
+STATUS = "status/"
+
+
+class StoreUnavailable(OSError):
+    """The store cannot be reached (the agent keeps its last state and retries)."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """One key changed at a revision (value None: deleted)."""
+
+    revision: int
+    key: str
+    value: bytes | None
+
+
+class Store(ABC):
+    """A revisioned key-value store with watch."""
+
+    @abstractmethod
+    def put_many(self, items: Mapping[str, bytes | None]) -> int:
+        """Write (None = delete) all items in one transaction; return its revision."""
+
+    @abstractmethod
+    def get_prefix(self, prefix: str) -> tuple[dict[str, bytes], int]:
+        """All keys under prefix and the store revision they were read at."""
+
+    @abstractmethod
+    def watch(self, prefix: str, after: int, timeout: float) -> list[Event]:
+        """Events under prefix with revision > after, waiting up to timeout for the first."""
+
+    @abstractmethod
+    def revision(self) -> int:
+        """The current store revision."""
+
+    def close(self) -> None:
+        """Release connections."""
+
+    def put(self, key: str, value: bytes) -> int:
+        """Write one key."""
+        return self.put_many({key: value})
+
+    def get(self, key: str) -> bytes | None:
+        """One key's value (None if absent)."""
+        items, _ = self.get_prefix(key)
+        return items.get(key)
+
+
+def open_store(url: str) -> Store:
+    """A store from its URL: sqlite:///path.db or etcd://host:port."""
+    if url.startswith("sqlite://"):
+        from crosszone.control.sqlite_store import SqliteStore
+
+        return SqliteStore(url.removeprefix("sqlite://"))
+    if url.startswith("etcd://"):
+        from crosszone.control.etcd_store import EtcdStore
+
+        return EtcdStore("http://" + url.removeprefix("etcd://"))
+    raise ValueError(f"unknown store URL {url!r} (sqlite:///path.db or etcd://host:port)")

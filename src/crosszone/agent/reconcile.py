@@ -1,0 +1,192 @@
+"""The reconcile step: store objects and events in, ordered map operations out to a sink.
+
+`Reconciler` holds what the gateway's maps hold (`entries`), the objects of the last applied
+revision and their cluster. Two ways forward:
+
+- `load(objects, revision)`: compile the whole cluster for this gateway and diff against the
+  entries (after a restart those are read from the pinned maps, so an unchanged intent writes
+  nothing and traffic never notices the restart);
+- `on_events(events)`: when only pool prefix chunks changed, diff those chunks (a one-route change
+  touches one route entry and maybe a VPC entry); anything else falls back to `load`.
+
+A revision that does not validate is rejected: the maps keep the last good state, and the
+rejection is counted and reported. Revisions are applied in order; `revision` is the last one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from crosszone.agent.desired import Desired, Ids, compile_gateway, route_delta
+from crosszone.compile.diff import Entries, MapOp, Sink, apply_to, count, diff_entries
+from crosszone.control.objects import POOL, concat, join_objects, parse_chunk
+from crosszone.control.store import Event
+from crosszone.intent.errors import InvalidIntentError
+from crosszone.intent.prefixes import PrefixSet
+from crosszone.intent.schema_v2 import Cluster
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What one reconcile step did."""
+
+    revision: int
+    mode: str              # "full", "delta", "rejected", "noop"
+    puts: int
+    deletes: int
+    seconds: float
+    error: str | None = None
+
+
+def _minus(a: PrefixSet, b: PrefixSet) -> PrefixSet:
+    """Prefixes of a that are not in b."""
+    m4 = ~np.isin(a.keys4(), b.keys4())
+    six_b = set(zip(b.hi6.tolist(), b.lo6.tolist(), b.plen6.tolist()))
+    m6 = np.array([t not in six_b for t in zip(a.hi6.tolist(), a.lo6.tolist(),
+                                               a.plen6.tolist())], bool)
+    return PrefixSet(a.addr4[m4], a.plen4[m4], a.hi6[m6] if len(m6) else a.hi6,
+                     a.lo6[m6] if len(m6) else a.lo6, a.plen6[m6] if len(m6) else a.plen6)
+
+
+class Reconciler:
+    """Keeps one gateway's maps equal to the store's desired state."""
+
+    def __init__(self, gateway: str, sink: Sink, ifindex_of: Callable[[str], int],
+                 entries: Entries | None = None, ids: Ids | None = None,
+                 now: Callable[[], float] = time.monotonic) -> None:
+        self.gateway = gateway
+        self.sink = sink
+        self.ifindex_of = ifindex_of
+        self.entries: Entries = entries if entries is not None else {}
+        self.ids = ids
+        self.now = now
+        self.objects: dict[str, bytes] = {}
+        self.chunks: dict[str, PrefixSet] = {}
+        self.cluster: Cluster | None = None
+        self.desired: Desired | None = None
+        self.revision = 0
+        self.rejected = 0
+        self.last_error: str | None = None
+
+    def _apply(self, ops: list[MapOp]) -> None:
+        for op in ops:
+            self.sink.apply(op)
+            for _ in apply_to(self.entries, [op]):
+                pass
+
+    def _reject(self, revision: int, exc: Exception, t0: float) -> Applied:
+        self.rejected += 1
+        self.last_error = f"revision {revision} rejected, keeping revision {self.revision}: {exc}"
+        return Applied(revision, "rejected", 0, 0, self.now() - t0, str(exc))
+
+    def plan_full(self, objects: dict[str, bytes]
+                  ) -> tuple[Cluster, Desired, list[MapOp], dict[str, PrefixSet]]:
+        """Compile objects and diff against the entries (no side effect)."""
+        chunks = self._chunks_of(objects)
+        cluster = join_objects(objects, chunks)
+        cluster.gateway(self.gateway)  # KeyError: this gateway is not in the intent
+        desired = compile_gateway(cluster, self.gateway, self.ifindex_of, self.ids)
+        return cluster, desired, diff_entries(self.entries, desired.entries), chunks
+
+    def load(self, objects: dict[str, bytes], revision: int) -> Applied:
+        """Reconcile the maps to a complete set of objects at a revision."""
+        t0 = self.now()
+        try:
+            cluster, desired, ops, chunks = self.plan_full(objects)
+        except (InvalidIntentError, KeyError) as exc:
+            if isinstance(exc, KeyError):
+                exc = InvalidIntentError(f"gateway {self.gateway} is not in the intent",
+                                         path="store", where="gateways")
+            return self._reject(revision, exc, t0)
+        self._apply(ops)
+        self.entries = desired.entries
+        self.cluster, self.desired, self.ids = cluster, desired, desired.ids
+        self.chunks = chunks
+        self.objects = dict(objects)
+        self.revision = revision
+        self.last_error = None
+        n = count(ops)
+        return Applied(revision, "full", n["put"], n["delete"], self.now() - t0)
+
+    def _chunks_of(self, objects: dict[str, bytes]) -> dict[str, PrefixSet]:
+        """Parsed chunks of objects, reusing those that did not change."""
+        return {k: self.chunks[k] if k in self.chunks and self.objects.get(k) == v
+                else parse_chunk(k, v) for k, v in objects.items() if k.startswith(POOL)}
+
+    def on_events(self, events: Iterable[Event]) -> Applied | None:
+        """Apply the events (in revision order) as one step; None if there were none."""
+        events = sorted(events, key=lambda e: e.revision)
+        if not events:
+            return None
+        revision = events[-1].revision
+        objects = dict(self.objects)
+        for e in events:
+            if e.value is None:
+                objects.pop(e.key, None)
+            else:
+                objects[e.key] = e.value
+        changed = {e.key for e in events}
+        if self.cluster is None or self.desired is None or any(
+                not k.startswith(POOL) for k in changed):
+            return self.load(objects, revision)
+        t0 = self.now()
+        try:
+            ops = self._delta(objects, changed)
+        except (InvalidIntentError, KeyError, _NeedFull):
+            return self.load(objects, revision)
+        n = count(ops)
+        self.revision = revision
+        return Applied(revision, "delta", n["put"], n["delete"], self.now() - t0)
+
+    def _delta(self, objects: dict[str, bytes], changed: set[str]) -> list[MapOp]:
+        assert self.cluster is not None and self.desired is not None
+        pools = {p.name for p in self.cluster.storage_pools}
+        new_chunks = {k: parse_chunk(k, objects[k]) for k in changed if k in objects}
+        per_pool: dict[str, tuple[list[PrefixSet], list[PrefixSet]]] = {}
+        for k in changed:
+            pool = k[len(POOL):].rsplit("/", 1)[0]
+            if pool not in pools:
+                raise _NeedFull
+            old = self.chunks.get(k, PrefixSet.empty())
+            new = new_chunks.get(k, PrefixSet.empty())
+            add, rem = per_pool.setdefault(pool, ([], []))
+            add.append(_minus(new, old))
+            rem.append(_minus(old, new))
+        ops: list[MapOp] = []
+        for pool, (adds, rems) in sorted(per_pool.items()):
+            added, removed = concat(adds), concat(rems)
+            old_part, new_part = route_delta(self.desired, self.cluster, pool, added, removed)
+            for name in ("routes4", "routes6"):
+                clash = [k for k in new_part[name] if k in self.entries.get(name, {})
+                         and k not in old_part[name]]
+                if clash:
+                    raise _NeedFull  # a duplicate route: the full path validates and rejects
+            ops += diff_entries(old_part, new_part, ("routes4", "routes6", "vpc_by_vni"))
+        self._apply(ops)
+        for k in changed:
+            if k in new_chunks:
+                self.chunks[k] = new_chunks[k]
+            else:
+                self.chunks.pop(k, None)
+        self.objects = objects
+        self.cluster = self._with_pools(self.cluster, set(per_pool))
+        return ops
+
+    def _with_pools(self, c: Cluster, pools: set[str]) -> Cluster:
+        """The cluster with the prefixes of these pools rebuilt from the chunks."""
+        out = []
+        for p in c.storage_pools:
+            if p.name in pools:
+                own = [s for k, s in sorted(self.chunks.items())
+                       if k[len(POOL):].rsplit("/", 1)[0] == p.name]
+                p = p.model_copy(update={"prefixes": concat(own)})
+            out.append(p)
+        return c.model_copy(update={"storage_pools": out})
+
+
+class _NeedFull(Exception):
+    """The delta path cannot apply these events; recompile everything."""

@@ -65,7 +65,7 @@ def test_model_and_bpf_agree_on_sizes_used_by_maps(gateway_object):
 
     with BpfObject.open(gateway_object) as obj:
         pairs = {"routes4": (layout.CzRoute4Key, layout.CzRoute), "hosts": (layout.CzHostKey,
-                 layout.CzHost), "vpc_by_vni": (ctypes.c_uint32, layout.CzVpc),
+                 layout.CzHost), "vpcs": (ctypes.c_uint32, layout.CzVpc), "vpc_by_vni": (ctypes.c_uint32, ctypes.c_uint32), "vtep_allowed": (layout.CzVtepKey, ctypes.c_uint32),
                  "ecmp_groups": (ctypes.c_uint32, layout.CzGroup), "sf4": (layout.CzSf4Key,
                  layout.CzSf), "config": (ctypes.c_uint32, layout.CzConfig)}
         for name, (k, v) in pairs.items():

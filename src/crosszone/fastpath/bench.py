@@ -152,9 +152,9 @@ def load_gateway(obj_name: str, tables: Tables, routes: RouteArrays | None = Non
     """Load a gateway object and program the bench tables (+ bulk routes, + hosts)."""
     obj = BpfObject.open(BUILD / obj_name)
     maps = GatewayMaps.of(obj)
-    maps.write(tables)
+    maps.write(tables, fresh=True)
     if routes is not None:
-        maps.write_route_arrays(routes)
+        maps.write_route_arrays(routes, fresh=True)
     if hosts:
         entries = [HostEntry(0, ipaddress.IPv4Address(0x0A000000 + i),
                              ipaddress.IPv4Address(HOST_VTEP), MAC_B) for i in range(hosts)]
@@ -223,7 +223,7 @@ def run_bench(routes: int = 1_000_000, hosts: int = 100_000, repeat: int = 1_000
         prog = load_gateway("bench_gateway.o", tables)
         assert prog.maps is not None
         t0 = time.perf_counter()
-        n = prog.maps.write_route_arrays(r4)
+        n = prog.maps.write_route_arrays(r4, fresh=True)
         secs = time.perf_counter() - t0
         out({"scenario": "program_routes", "routes": n, "seconds": round(secs, 3),
              "routes_per_s": round(n / secs)})

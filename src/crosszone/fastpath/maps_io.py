@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from crosszone.compile.tables import Group, HostEntry, Nexthop, Port, Route, StorageFacing, Tables, Vpc
+from crosszone.fastpath import bloom
 from crosszone.fastpath import layout as L
 from crosszone.fastpath.libbpf import BpfMap, BpfObject
 from crosszone.fastpath.reasons import Reason
@@ -145,8 +146,9 @@ class GatewayMaps:
         """The maps of a loaded object."""
         return cls(obj.maps)
 
-    def write(self, t: Tables, devmap_ifindex: Callable[[Port], int] | None = None) -> None:
-        """Program every table from scratch (an empty gateway), make-before-break ordered.
+    def write(self, t: Tables, devmap_ifindex: Callable[[Port], int] | None = None,
+              fresh: bool = False) -> None:
+        """Program every table (fresh=True: the maps are new and empty), make-before-break.
 
         devmap_ifindex gives the device a port's devmap slot points at; by default the port's own
         ifindex (tests point the slots at lo, since test runs never transmit)."""
@@ -163,31 +165,51 @@ class GatewayMaps:
         if t.hosts:
             keys, vals = zip(*(encode_host(h) for h in t.hosts))
             m["hosts"].update_batch(list(keys), list(vals))
-        if t.vteps:
-            m["vtep_allowed"].update_batch([encode_vtep(vni, ip) for vni, ip in sorted(t.vteps)],
-                                           [_u32(1)] * len(t.vteps))
-        self.write_routes(t.routes)
+        self.write_routes(t.routes, fresh=fresh)
         for sf in t.storage_facing:
             k, v = encode_sf(sf)
             m["sf4" if sf.prefix.version == 4 else "sf6"].update(k, v)
         for v in t.vpcs:
-            m["vpc_by_vni"].update(_u32(v.vni), encode_vpc(v))
+            m["vpcs"].update(_u32(v.vpc_id), encode_vpc(v))
+            m["vpc_by_vni"].update(_u32(v.vni), _u32(v.vpc_id))
+        # The VTEP set admits traffic into a VPC: written once the VPC is complete.
+        if t.vteps:
+            vpc_of = {v.vni: v.vpc_id for v in t.vpcs}
+            pairs = sorted(t.vteps)
+            m["vtep_allowed"].update_batch([encode_vtep(vni, ip) for vni, ip in pairs],
+                                           [_u32(vpc_of[vni]) for vni, _ in pairs])
         m["config"].update(_u32(0), encode_config(t))
 
-    def write_routes(self, routes: tuple[Route, ...] | list[Route]) -> None:
+    def write_routes(self, routes: tuple[Route, ...] | list[Route], fresh: bool = False) -> None:
         """Batch-write routes into the IPv4 and IPv6 route tables."""
         for fam in (4, 6):
             sel = [r for r in routes if r.prefix.version == fam]
             if not sel:
                 continue
             arr = RouteArrays.of(sel)
-            self.write_route_arrays(arr)
+            self.write_route_arrays(arr, fresh=fresh)
 
-    def write_route_arrays(self, arr: "RouteArrays") -> int:
-        """Batch-write routes given as arrays (the bulk path: 1M routes in about a second)."""
+    def write_route_arrays(self, arr: "RouteArrays", fresh: bool = False) -> int:
+        """Batch-write routes given as arrays (the bulk path: 1M routes in about a second).
+
+        Their Bloom bits are set first, so a route is never in the table but hidden by the
+        filter. fresh=True says the filter is still all zero (a new gateway): no read-back."""
         name = ("routes4" if arr.family == 4 else "routes6") + ("_lpm" if self.lpm else "")
+        if not self.lpm:
+            self.bloom_add(arr.bloom_hashes(), fresh)
         keys, values = arr.encode(self.lpm)
         return self.maps[name].update_batch(keys, values)
+
+    def bloom_add(self, hashes: np.ndarray, fresh: bool = False) -> None:
+        """OR route bits into the Bloom filter (read-modify-write unless fresh)."""
+        idx, bits = bloom.words(hashes)
+        if not fresh:
+            m = self.maps["route_bloom"]
+            old = np.fromiter((int.from_bytes(m.lookup(_u32(int(i))) or bytes(8), "little")
+                               for i in idx), np.uint64, len(idx))
+            bits = bits | old
+        self.maps["route_bloom"].update_batch(idx.astype("<u4").tobytes(),
+                                              bits.astype("<u8").tobytes())
 
     def set_flags(self, t: Tables, flags: int) -> None:
         """Rewrite the config entry with other flags (e.g. CZ_CFG_TRACE)."""
@@ -274,3 +296,10 @@ class RouteArrays:
         v = np.empty(n, _ROUTE)
         v["action"], v["group"] = self.action, self.group
         return k.tobytes(), v.tobytes()
+
+    def bloom_hashes(self) -> np.ndarray:
+        """Bloom filter bit hashes of these routes."""
+        if self.family == 4:
+            return bloom.hash4(self.vpc_id, self.plen, self.addr)
+        assert self.addr_lo is not None
+        return bloom.hash6(self.vpc_id, self.plen, self.addr, self.addr_lo)

@@ -1,7 +1,9 @@
 /* Benchmark builds only (-DCZ_BENCH_SPREAD=N): BPF_PROG_TEST_RUN replays one frame, so a single
  * destination would keep every lookup in cache. This rewrites the inner IPv4 destination of an
- * untagged VXLAN frame to the next of N addresses, 256 apart (one /24 route each), before the
- * pipeline runs, and fixes the inner checksum. Its own cost is counted against the program. */
+ * untagged VXLAN frame to one of N addresses in distinct /24 routes, visited in a scattered order
+ * (index * 7919 mod N, spaced 6 routes apart: consecutive routes sit next to each other in the
+ * trie's memory, which would flatter the baseline), and fixes the inner checksum. Its own cost is
+ * counted against the program, and the LPM-trie baseline pays the same. */
 #ifndef CZ_BENCH_SPREAD_H
 #define CZ_BENCH_SPREAD_H
 
@@ -29,9 +31,9 @@ static __always_inline void cz_bench_spread(struct xdp_md *ctx)
 		return;
 	__u32 *dst = data + CZ_SPREAD_DST_OFF;
 	__u16 *check = data + CZ_SPREAD_CSUM_OFF;
-	__u32 n = (*seq)++ % CZ_BENCH_SPREAD;
+	__u32 n = ((*seq)++ * 7919u) % CZ_BENCH_SPREAD;
 	__u32 old = *dst;
-	__u32 new = bpf_htonl(bpf_ntohl(old) + n * 256);
+	__u32 new = bpf_htonl(bpf_ntohl(old) + n * 6 * 256);
 	*check = cz_csum_replace4(*check, old, new);
 	*dst = new;
 }

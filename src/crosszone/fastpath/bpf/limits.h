@@ -16,6 +16,7 @@
 #define CZ_ECMP_BUCKETS    256        /* buckets per ECMP group; a power of two */
 #define CZ_MAX_PLENS4      33         /* distinct IPv4 prefix lengths per VPC: all of /0../32 */
 #define CZ_MAX_PLENS6      32         /* distinct IPv6 prefix lengths per VPC (validated) */
+#define CZ_BLOOM_WORDS     4194304    /* route Bloom filter: 2^22 x 64 bits = 2^28 bits, 32 MiB */
 
 #define CZ_VXLAN_PORT      4789
 #define CZ_OUTER_TTL       64

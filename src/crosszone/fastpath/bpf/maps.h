@@ -32,15 +32,15 @@ struct {
 	__type(value, __u32);
 } tx_ports SEC(".maps");
 
-/* VNI -> VPC (id, translation, prefix lengths in use). */
+/* VPC id -> VPC (translation, prefix lengths in use). An array: its lookup is inlined. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, CZ_MAX_VPCS);
 	__type(key, __u32);
 	__type(value, struct cz_vpc);
-} vpc_by_vni SEC(".maps");
+} vpcs SEC(".maps");
 
-/* (VNI, outer source) pairs allowed to send: the anti-spoofing set. */
+/* (VNI, outer source) -> VPC id: the anti-spoofing set and the VNI lookup in one hash probe. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, CZ_MAX_VTEPS);
@@ -49,7 +49,24 @@ struct {
 	__type(value, __u32);
 } vtep_allowed SEC(".maps");
 
+/* VNI -> VPC id; read only when vtep_allowed misses, to tell an unknown VNI from a spoofed VTEP. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, CZ_MAX_VPCS);
+	__type(key, __u32);
+	__type(value, __u32);
+} vpc_by_vni SEC(".maps");
+
 #ifndef CZ_ROUTES_LPM_TRIE
+/* Bloom filter over (VPC, prefix length, masked dst) of every route, one bit each: a clear bit
+ * proves the route absent, so most prefix lengths cost an inlined array read, not a hash probe. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CZ_BLOOM_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} route_bloom SEC(".maps");
+
 /* (VPC, prefix length, masked IPv4 dst) -> route: one exact-match table for all lengths. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -34,7 +34,7 @@ struct cz_port {
 	__u8 next_hop_mac[6];   /* default next hop on this port (compute zone router) */
 };
 
-/* vpc_by_vni: VNI -> VPC. Holds the translation and the prefix lengths in use, longest first. */
+/* vpcs[vpc_id]: the translation and the prefix lengths in use, longest first. */
 struct cz_vpc {
 	__u32 vpc_id;
 	__u32 flags;            /* CZ_VPC_* */

@@ -204,13 +204,20 @@ static __always_inline void cz_from_compute(struct xdp_md *ctx, __u32 l3_off, __
 		CZ_DROP(v, CZ_R_DROP_VXLAN_FLAGS);
 
 	__u32 vni = ((__u32)vx->vni[0] << 16) | ((__u32)vx->vni[1] << 8) | vx->vni[2];
-	struct cz_vpc *vpc = bpf_map_lookup_elem(&vpc_by_vni, &vni);
+	struct cz_vtep_key vk = { .vni = vni, .vtep = ip->saddr };
+	__u32 *vpc_id = bpf_map_lookup_elem(&vtep_allowed, &vk);
+	if (!vpc_id) {
+		/* Off the fast path: which of the two checks failed. */
+		__u32 *known = bpf_map_lookup_elem(&vpc_by_vni, &vni);
+		if (!known)
+			CZ_DROP(v, CZ_R_DROP_UNKNOWN_VNI);
+		v->vpc_id = *known;
+		CZ_DROP(v, CZ_R_DROP_VTEP_NOT_ALLOWED);
+	}
+	struct cz_vpc *vpc = bpf_map_lookup_elem(&vpcs, vpc_id);
 	if (!vpc)
 		CZ_DROP(v, CZ_R_DROP_UNKNOWN_VNI);
 	v->vpc_id = vpc->vpc_id;
-	struct cz_vtep_key vk = { .vni = vni, .vtep = ip->saddr };
-	if (!bpf_map_lookup_elem(&vtep_allowed, &vk))
-		CZ_DROP(v, CZ_R_DROP_VTEP_NOT_ALLOWED);
 
 	__u16 itype = ieth->h_proto;
 	__u32 inner_off = l3_off + CZ_OUTER_L4 + ETH_HLEN;

@@ -114,7 +114,11 @@ int cz_gateway(struct xdp_md *ctx)
 	struct cz_config *cfg = bpf_map_lookup_elem(&config, &zero);
 
 #ifdef CZ_BENCH
-	struct cz_bench_save *bench = cz_bench_enter(ctx);
+	struct cz_bench_save saved;
+	struct cz_bench_save *bench = cz_bench_enter(ctx, &saved);
+
+	if (!bench)
+		return XDP_ABORTED;   /* bench frames are always long enough */
 #endif
 #ifdef CZ_BENCH_SPREAD
 	cz_bench_spread(ctx);
@@ -123,8 +127,7 @@ int cz_gateway(struct xdp_md *ctx)
 		cz_classify(ctx, cfg, len, &v);
 	cz_count(cfg, len, &v);
 #ifdef CZ_BENCH
-	if (bench)
-		cz_bench_leave(ctx, bench);
+	cz_bench_leave(ctx, bench);
 #endif
 	return v.action;
 }

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from crosszone.emulate.netns import Cmd, Op, WriteFile
+from crosszone.emulate.netns import Cmd, Executor, Op, WriteFile
 from crosszone.emulate.topology import RUN_DIR, Gateway, Plan, router_mac
 
 POOL = "storage"
@@ -107,6 +107,36 @@ def attach_ops(gw: Gateway) -> list[Op]:
         Cmd((crosszone_bin(), "fastpath", "attach", "--netns", gw.ns,
              "--intent", str(intent_path(gw)), "--pin-dir", str(gw.pin_dir))),
     ]
+
+
+def router_side_ports(p: Plan, gw: Gateway) -> list[tuple[str, str]]:
+    """(namespace, device) of the routers' ends of `gw`'s two links."""
+    return [(p.compute_router_ns, f"g{gw.index}"), (p.storage_router_ns, f"g{gw.index}")]
+
+
+def has_xdp(link_json: str) -> bool:
+    """Whether `ip -j link show DEV` reports an XDP program on the device."""
+    try:
+        data = json.loads(link_json or "[]")
+    except json.JSONDecodeError:
+        return False
+    return any(isinstance(x, dict) and x.get("xdp") for x in data)
+
+
+def missing_peer_programs(ex: Executor, p: Plan, gw: Gateway) -> list[str]:
+    """Router-side veth ends of `gw` that lack an XDP program after `fastpath attach`.
+
+    The kernel's veth driver drops an XDP_REDIRECT into a veth whose peer runs no XDP program,
+    so `attach` puts an XDP_PASS program on each peer. It finds the peer by (ifindex, peer
+    ifindex) alone, and ifindexes are per namespace: an unrelated veth elsewhere with the same
+    pair of numbers can be taken for it (tests/integration/test_fastpath_regression.py). The
+    emulator checks the outcome instead of trusting it, and fails loudly.
+    """
+    missing = []
+    for ns, dev in router_side_ports(p, gw):
+        if not has_xdp(ex.output(["ip", "-n", ns, "-j", "link", "show", dev], check=False)):
+            missing.append(f"{ns}/{dev}")
+    return missing
 
 
 def detach_ops(gw: Gateway) -> list[Op]:

@@ -165,6 +165,13 @@ class Deployment:
             for gw in crosszone_gws:
                 log(f"attaching fast path on {gw.name}")
                 self.ex.apply(xgw.attach_ops(gw))
+                missing = xgw.missing_peer_programs(self.ex, self.plan, gw)
+                if missing:
+                    raise DeployError(
+                        f"{gw.name}: `crosszone fastpath attach` left no XDP program on the "
+                        f"router-side veth end(s) {', '.join(missing)}: redirects into the "
+                        "gateway's links would be dropped (fast-path peer lookup; see "
+                        "tests/integration/test_fastpath_regression.py)")
                 state.fastpath[gw.name] = True
                 st.save(state)
         elif crosszone_gws:
@@ -210,25 +217,45 @@ class Deployment:
         return [g for g in self.plan.gateways if is_announcing(g, active)  # type: ignore[arg-type]
                 and (g.kind == "legacy" or attached.get(g.name))]
 
+    def fib_targets(self) -> list[tuple[str, str, str]]:
+        """(router namespace, prefix, gateway attribute) of every route the gateways announce:
+        the anycast VTEP at the compute router, every VPC's storage-facing prefix at the
+        storage router."""
+        p = self.plan
+        to_compute, to_storage = frr.gateway_prefixes(p)
+        return ([(p.compute_router_ns, x, "compute_addr") for x in to_compute]
+                + [(p.storage_router_ns, x, "storage_addr") for x in to_storage])
+
+    def fib(self) -> dict[str, set[str]]:
+        """Next hops installed in the routers' kernels for each announced prefix."""
+        out: dict[str, set[str]] = {}
+        for ns, prefix, _attr in self.fib_targets():
+            family = "-6" if ":" in prefix else "-4"
+            out[prefix] = frr.kernel_nexthops(self.ex.output(
+                ["ip", "-n", ns, family, "-j", "-d", "route", "show", "exact", prefix],
+                check=False))
+        return out
+
     def route_hops(self) -> tuple[set[str], set[str]]:
         """(compute router's next hops to the anycast VTEP, storage router's to VPC 1's prefix)."""
         p = self.plan
-        anycast = f"{p.spec.anycast_vtep}/32"
-        facing = str(p.spec.vpcs[0].storage_facing)
-        outs = []
-        for ns, prefix in ((p.compute_router_ns, anycast), (p.storage_router_ns, facing)):
-            outs.append(frr.route_nexthops(self.ex.output(
-                list(frr.vtysh(ns, f"show ip route {prefix} json").argv), check=False), prefix))
-        return outs[0], outs[1]
+        fib = self.fib()
+        return (fib.get(f"{p.spec.anycast_vtep}/32", set()),
+                fib.get(str(p.spec.vpcs[0].storage_facing), set()))
+
+    def want_fib(self, gws: list[Gateway]) -> dict[str, set[str]]:
+        """The FIB that exactly the gateways `gws` announcing produces."""
+        return {prefix: {getattr(g, attr) for g in gws}
+                for _ns, prefix, attr in self.fib_targets()}
 
     def wait_routes(self, active: str, state: st.State | None, timeout: float = 30.0,
                     gws: list[Gateway] | None = None) -> float:
-        """Wait until both routers' ECMP sets are exactly the announcing gateways."""
+        """Wait until, for every announced prefix, the routers' kernel ECMP groups are exactly
+        the announcing gateways."""
         gws = gws if gws is not None else self.announced(active, state)
-        want_c = {g.compute_addr for g in gws}
-        want_s = {g.storage_addr for g in gws}
+        want = self.want_fib(gws)
         return self._until(f"routes via {sorted(g.name for g in gws)}",
-                           lambda: self.route_hops() == (want_c, want_s), timeout)
+                           lambda: self.fib() == want, timeout)
 
     # ---- switch -----------------------------------------------------------------------------
 

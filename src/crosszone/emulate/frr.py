@@ -231,3 +231,24 @@ def route_nexthops(route_json: str, prefix: str) -> set[str]:
             if nh.get("active") and "ip" in nh:
                 hops.add(nh["ip"])
     return hops
+
+
+def kernel_nexthops(route_json: str) -> set[str]:
+    """Gateways of the kernel route(s) in `ip -j -d route show exact PREFIX` output.
+
+    The kernel's table, not zebra's RIB, is what forwards: zebra marks a route selected before
+    its dataplane thread has installed the nexthop group, so make-before-break waits for this.
+    """
+    try:
+        data = json.loads(route_json or "[]")
+    except json.JSONDecodeError:
+        return set()
+    hops: set[str] = set()
+    for route in data if isinstance(data, list) else []:
+        if route.get("type", "unicast") != "unicast":
+            continue
+        for nh in route.get("nexthops") or [route]:
+            flags = nh.get("flags") or []
+            if "gateway" in nh and "dead" not in flags and "linkdown" not in flags:
+                hops.add(str(nh["gateway"]))
+    return hops

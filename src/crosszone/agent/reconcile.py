@@ -92,10 +92,19 @@ class Reconciler:
         desired = compile_gateway(cluster, self.gateway, self.ifindex_of, self.ids)
         return cluster, desired, diff_entries(self.entries, desired.entries), chunks
 
-    def load(self, objects: dict[str, bytes], revision: int) -> Applied:
-        """Reconcile the maps to a complete set of objects at a revision."""
+    def load(self, objects: dict[str, bytes], revision: int,
+             actual: Callable[[Entries], Entries] | None = None) -> Applied:
+        """Reconcile the maps to a complete set of objects at a revision.
+
+        actual, given the desired entries, reads what the maps hold now (after a restart);
+        without it the entries this reconciler applied last are taken as the maps' content."""
         t0 = self.now()
         try:
+            if actual is not None:
+                chunks = self._chunks_of(objects)
+                desired_now = compile_gateway(join_objects(objects, chunks), self.gateway,
+                                              self.ifindex_of, self.ids)
+                self.entries = actual(desired_now.entries)
             cluster, desired, ops, chunks = self.plan_full(objects)
         except (InvalidIntentError, KeyError) as exc:
             if isinstance(exc, KeyError):

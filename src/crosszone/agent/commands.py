@@ -1,0 +1,65 @@
+"""`crosszone agent --gateway NAME`: run one gateway's agent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+
+def agent_cmd(
+    gateway: str = typer.Option(..., "--gateway", help="Gateway name in the intent."),
+    store: str = typer.Option("sqlite:///var/lib/crosszone/state.db", "--store",
+                              envvar="CROSSZONE_STORE", help="sqlite:///path.db or etcd://h:p"),
+    pin_dir: Path = typer.Option(None, "--pin-dir",
+                                 help="bpffs directory of the pins (default "
+                                      "/sys/fs/bpf/crosszone/<gateway>)."),
+    netns: str = typer.Option("", "--netns", help="Network namespace of the interfaces."),
+    metrics: str = typer.Option("127.0.0.1:9470", "--metrics",
+                                help="host:port of the Prometheus endpoint ('' = none)."),
+    once: bool = typer.Option(False, "--once", help="Reconcile once and exit."),
+) -> None:
+    """Attach the fast path if needed, then keep its maps equal to the store's intent."""
+    import signal
+
+    from prometheus_client import start_http_server
+
+    from crosszone.agent.agent import Agent, ensure_attached, fastpath_hooks, ifindex_in
+    from crosszone.agent.sink import MapSink
+    from crosszone.control.store import open_store
+    from crosszone.fastpath.deploy import pinned_maps
+
+    pins = pin_dir or Path("/sys/fs/bpf/crosszone") / gateway
+    st = open_store(store)
+    console = Console(stderr=True)
+    console.print(f"agent {gateway}: store {store}, pins {pins}", highlight=False)
+    ensure_attached(st, gateway, pins, netns or None)
+    maps = pinned_maps(pins)
+    sink = MapSink(maps)
+    agent = Agent(gateway, st, sink, ifindex_in(netns or None),
+                  state_file=pins / f"agent-{gateway}.json", read_actual=sink.read)
+    fastpath_hooks(agent, maps)
+    if metrics:
+        host, _, port = metrics.rpartition(":")
+        start_http_server(int(port), addr=host or "127.0.0.1", registry=agent.metrics.registry)
+    stop = {"now": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__("now", True))
+    last = None
+    while not stop["now"]:
+        res = agent.step(timeout=0.5)
+        if res is not None:
+            console.print(f"revision {res.revision}: {res.mode}, {res.puts} puts, "
+                          f"{res.deletes} deletes in {res.seconds * 1000:.1f} ms"
+                          + (f" ({res.error})" if res.error else ""), highlight=False)
+        if agent.health != last:
+            console.print(f"health {agent.health} {agent.message}", highlight=False)
+            last = agent.health
+        if once and agent.started:
+            break
+    agent.report(force=True)
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    """Add the agent command."""
+    app.command("agent")(agent_cmd)

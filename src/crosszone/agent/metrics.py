@@ -1,0 +1,109 @@
+"""Prometheus metrics of one agent (prometheus-client, conventional names and units).
+
+The fast path's counters live in per-CPU BPF maps and only grow, so they are exported by a
+collector that reads them at scrape time (no copy in Python goes stale):
+
+    crosszone_vpc_packets_total{vpc,direction}   direction = to_storage | to_compute
+    crosszone_vpc_bytes_total{vpc,direction}
+    crosszone_verdicts_total{reason,verdict}     verdict = forward | pass | drop
+    crosszone_verdict_bytes_total{reason,verdict}
+    crosszone_table_entries{table}, crosszone_table_capacity_entries{table}
+
+The agent's own state is ordinary metrics: applied revision, reconcile latency (histogram,
+seconds), rejected revisions, store reachability.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from crosszone.fastpath import layout
+from crosszone.fastpath.reasons import Reason
+
+CAPACITY = {"routes4": layout.CZ_MAX_ROUTES4, "routes6": layout.CZ_MAX_ROUTES6,
+            "hosts": layout.CZ_MAX_HOSTS, "vtep_allowed": layout.CZ_MAX_VTEPS,
+            "vpc_by_vni": layout.CZ_MAX_VPCS, "sf4": layout.CZ_MAX_SF, "sf6": layout.CZ_MAX_SF}
+
+
+class FastPathCollector(Collector):
+    """Reads the gateway's counters on every scrape.
+
+    vpc_counters() -> {vpc name: (to_storage pkts, bytes, to_compute pkts, bytes)};
+    reason_counters() -> {Reason: (pkts, bytes)}; occupancy() -> {table: entries}."""
+
+    def __init__(self, vpc_counters: Callable[[], dict[str, tuple[int, int, int, int]]],
+                 reason_counters: Callable[[], dict[Reason, tuple[int, int]]],
+                 occupancy: Callable[[], dict[str, int]]) -> None:
+        self.vpc_counters = vpc_counters
+        self.reason_counters = reason_counters
+        self.occupancy = occupancy
+
+    def collect(self) -> Iterator[Any]:
+        """Yield the metric families."""
+        pk = CounterMetricFamily("crosszone_vpc_packets", "Packets forwarded per VPC",
+                                 labels=["vpc", "direction"])
+        by = CounterMetricFamily("crosszone_vpc_bytes", "Bytes forwarded per VPC",
+                                 labels=["vpc", "direction"])
+        try:
+            vpcs = self.vpc_counters()
+            reasons = self.reason_counters()
+            occ = self.occupancy()
+        except OSError:
+            return  # maps gone (gateway detached): export nothing rather than stale numbers
+        for vpc, (sp, sb, cp, cb) in sorted(vpcs.items()):
+            pk.add_metric([vpc, "to_storage"], sp)
+            pk.add_metric([vpc, "to_compute"], cp)
+            by.add_metric([vpc, "to_storage"], sb)
+            by.add_metric([vpc, "to_compute"], cb)
+        yield pk
+        yield by
+        vp = CounterMetricFamily("crosszone_verdicts", "Fast-path verdicts by reason",
+                                 labels=["reason", "verdict"])
+        vb = CounterMetricFamily("crosszone_verdict_bytes", "Bytes per verdict reason",
+                                 labels=["reason", "verdict"])
+        for r, (p, b) in sorted(reasons.items()):
+            vp.add_metric([r.label, r.verdict_class], p)
+            vb.add_metric([r.label, r.verdict_class], b)
+        yield vp
+        yield vb
+        te = GaugeMetricFamily("crosszone_table_entries", "Entries in a fast-path table",
+                               labels=["table"])
+        tc = GaugeMetricFamily("crosszone_table_capacity_entries", "Capacity of a table",
+                               labels=["table"])
+        for t, n in sorted(occ.items()):
+            te.add_metric([t], n)
+            if t in CAPACITY:
+                tc.add_metric([t], CAPACITY[t])
+        yield te
+        yield tc
+
+
+class AgentMetrics:
+    """The agent's own metrics, in a registry of their own (one agent per process or test)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.applied_revision = Gauge("crosszone_applied_revision",
+                                      "Last store revision applied to the maps", registry=r)
+        self.reconcile_seconds = Histogram(
+            "crosszone_reconcile_seconds", "Time to apply one revision to the maps",
+            ["mode"], registry=r,
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1, 5, 10, 30))
+        self.entries_written = Counter("crosszone_map_entries_written",
+                                       "Map entries put or deleted", ["kind"], registry=r)
+        self.rejected = Counter("crosszone_rejected_revisions",
+                                "Revisions that did not validate (last good state kept)",
+                                registry=r)
+        self.store_up = Gauge("crosszone_store_up", "1 if the store answered the last call",
+                              registry=r)
+        self.store_errors = Counter("crosszone_store_errors", "Failed store calls", registry=r)
+
+    def add_fastpath(self, collector: FastPathCollector) -> None:
+        """Export the fast path's counters too."""
+        self.registry.register(collector)

@@ -1,0 +1,55 @@
+"""A small client of the controller's REST API (httpx), used by `apply` and `status`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+
+class ControllerError(RuntimeError):
+    """The controller refused a request or cannot be reached."""
+
+
+class Client:
+    """Talk to one controller."""
+
+    def __init__(self, url: str, token: str = "", timeout: float = 60.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+
+    def _call(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        try:
+            r = self._http.request(method, path, **kw)
+        except httpx.HTTPError as exc:
+            raise ControllerError(f"controller {self._http.base_url}: {exc}") from None
+        if r.status_code >= 400:
+            try:
+                detail = r.json().get("detail", r.text)
+            except ValueError:
+                detail = r.text
+            raise ControllerError(f"HTTP {r.status_code}: {detail}")
+        return r.json()
+
+    def apply(self, text: str, dry_run: bool = False) -> dict[str, Any]:
+        """POST an intent (YAML text)."""
+        return self._call("POST", "/v1/intent", params={"dry_run": dry_run},
+                          content=text.encode(), headers={"Content-Type": "application/yaml"})
+
+    def change_prefixes(self, pool: str, add: list[str] = (), remove: list[str] = (),  # type: ignore[assignment]
+                        dry_run: bool = False) -> dict[str, Any]:
+        """Add/remove prefixes of one pool."""
+        return self._call("POST", f"/v1/pools/{pool}/prefixes", params={"dry_run": dry_run},
+                          json={"add": list(add), "remove": list(remove)})
+
+    def intent(self) -> dict[str, Any]:
+        """The desired state."""
+        return self._call("GET", "/v1/intent")
+
+    def status(self) -> dict[str, Any]:
+        """Desired revision and gateway reports."""
+        return self._call("GET", "/v1/status")
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()

@@ -1,0 +1,206 @@
+"""The controller's logic, independent of HTTP: apply intents and prefix changes, diff, status.
+
+The controller is the single writer of `intent/`. It keeps the current objects and cluster in
+memory (read from the store at start), validates every change completely before it writes, and
+writes only the keys that changed, in one store transaction (one revision). A rejected change
+writes nothing: the agents keep running the last good state.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from crosszone.agent.desired import compile_gateway
+from crosszone.compile.diff import diff_entries
+from crosszone.control.objects import (
+    POOL,
+    chunk_of4,
+    chunk_of6,
+    concat,
+    diff_objects,
+    join_objects,
+    parse_chunk,
+    split_cluster,
+    split_pool,
+)
+from crosszone.control.store import INTENT, STATUS, Store
+from crosszone.intent.cluster import parse_cluster, to_document
+from crosszone.intent.cluster_checks import check_cluster
+from crosszone.intent.errors import InvalidIntentError
+from crosszone.intent.prefixes import PrefixError, PrefixSet, parse_block
+from crosszone.intent.schema_v2 import Cluster
+from crosszone.intent.validate import IntentProblem, as_error
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """The outcome of an apply or a dry run."""
+
+    revision: int | None          # None: dry run or nothing changed
+    changed: list[str]
+    gateways: dict[str, dict[str, Any]]
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"revision": self.revision, "changed": self.changed, "gateways": self.gateways}
+
+
+def _lo(_: str) -> int:
+    return 1  # dry runs compile ports against a placeholder ifindex
+
+
+class Controller:
+    """Desired state in memory, persisted in a Store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        items, self.revision = store.get_prefix(INTENT)
+        self.objects = {k[len(INTENT):]: v for k, v in items.items()}
+        self.cluster: Cluster | None = join_objects(self.objects) if self.objects else None
+
+    def gateway_diff(self, old: Cluster | None, new: Cluster) -> dict[str, dict[str, Any]]:
+        """Per gateway: map entries that would be put and deleted."""
+        out: dict[str, dict[str, Any]] = {}
+        for gw in new.gateways:
+            before = compile_gateway(old, gw.name, _lo).entries if old is not None and any(
+                g.name == gw.name for g in old.gateways) else {}
+            after = compile_gateway(new, gw.name, _lo).entries
+            ops = diff_entries(before, after)
+            summary: dict[str, dict[str, int]] = {"put": {}, "delete": {}}
+            for op in ops:
+                summary[op.kind][op.map] = summary[op.kind].get(op.map, 0) + len(op)
+            out[gw.name] = summary
+        if old is not None:
+            for gw in old.gateways:
+                out.setdefault(gw.name, {"removed": True})
+        return out
+
+    def apply(self, text: str, dry_run: bool = False, source: str = "request") -> ApplyResult:
+        """Validate a whole intent (YAML) and store what changed (unless dry_run)."""
+        new = parse_cluster(text, source)
+        objs = split_cluster(new)
+        with self._lock:
+            d = diff_objects(self.objects, objs)
+            gws = self.gateway_diff(self.cluster, new)
+            if dry_run or not d.writes:
+                return ApplyResult(None, d.changed, gws)
+            rev = self.store.put_many({INTENT + k: v for k, v in d.writes.items()})
+            self.objects, self.cluster, self.revision = objs, new, rev
+            return ApplyResult(rev, d.changed, gws)
+
+    def change_prefixes(self, pool: str, add: list[str], remove: list[str],
+                        dry_run: bool = False) -> ApplyResult:
+        """Add and remove prefixes of one pool (the fast path of a route change)."""
+        with self._lock:
+            if self.cluster is None:
+                raise InvalidIntentError("no intent applied yet", path="request")
+            names = [p.name for p in self.cluster.storage_pools]
+            if pool not in names:
+                raise InvalidIntentError(f"no storage pool {pool!r}", path="request",
+                                         where="pool")
+            k = names.index(pool)
+            cur = self.cluster.storage_pools[k].prefixes
+            try:
+                plus, minus = parse_block(" ".join(add)), parse_block(" ".join(remove))
+            except PrefixError as exc:
+                raise InvalidIntentError(str(exc), path="request", where="prefixes") from None
+            new_set = self._edit(cur, plus, minus, pool)
+            cluster = self.cluster.model_copy(update={"storage_pools": [
+                p.model_copy(update={"prefixes": new_set}) if i == k else p
+                for i, p in enumerate(self.cluster.storage_pools)]})
+            self._check_delta(cluster, pool, plus)
+            touched = set(chunk_of4(plus.addr4, plus.plen4).tolist()) | set(
+                chunk_of4(minus.addr4, minus.plen4).tolist()) | set(
+                chunk_of6(plus.hi6, plus.lo6, plus.plen6).tolist()) | set(
+                chunk_of6(minus.hi6, minus.lo6, minus.plen6).tolist())
+            writes = self._chunk_writes(pool, new_set, touched)
+            if dry_run or not writes:
+                return ApplyResult(None, sorted(writes), {})
+            rev = self.store.put_many({INTENT + k: v for k, v in writes.items()})
+            for key, v in writes.items():
+                if v is None:
+                    self.objects.pop(key, None)
+                else:
+                    self.objects[key] = v
+            self.cluster, self.revision = cluster, rev
+            return ApplyResult(rev, sorted(writes), {})
+
+    def _edit(self, cur: PrefixSet, plus: PrefixSet, minus: PrefixSet, pool: str) -> PrefixSet:
+        k_cur, k_plus, k_minus = cur.keys4(), plus.keys4(), minus.keys4()
+        if np.isin(k_plus, k_cur).any() or len(np.unique(k_plus)) != len(k_plus):
+            raise InvalidIntentError("a prefix to add is already in the pool", path="request",
+                                     where=f"storage_pools[{pool}].prefixes")
+        if not np.isin(k_minus, k_cur).all():
+            raise InvalidIntentError("a prefix to remove is not in the pool", path="request",
+                                     where=f"storage_pools[{pool}].prefixes")
+        keep = ~np.isin(k_cur, k_minus)
+        six_minus = set(map(str, minus.networks()))
+        six = [n for n in cur.networks()[len(cur.addr4):] if str(n) not in six_minus]
+        six += plus.networks()[len(plus.addr4):]
+        rest = PrefixSet.from_networks(six)
+        return concat([PrefixSet(cur.addr4[keep], cur.plen4[keep], rest.hi6, rest.lo6,
+                                 rest.plen6), PrefixSet(plus.addr4, plus.plen4, *(
+                                     np.zeros(0, t) for t in (np.uint64, np.uint64, np.uint8)))])
+
+    def _check_delta(self, cluster: Cluster, pool: str, plus: PrefixSet) -> None:
+        """Check the added prefixes against every VPC that uses the pool (not the whole
+        intent: a one-route change must not cost a million-route validation)."""
+        if len(plus) == 0:
+            return
+        for i, v in enumerate(cluster.vpcs):
+            if pool not in v.storage_pools:
+                continue
+            others = [p.prefixes for p in cluster.storage_pools
+                      if p.name in v.storage_pools and p.name != pool]
+            if v.routes:
+                others.append(PrefixSet.from_networks([r.prefix for r in v.routes]))
+            for other in others:
+                if np.isin(plus.keys4(), other.keys4()).any():
+                    raise InvalidIntentError(f"a prefix to add is already a route of VPC "
+                                             f"{v.name}", path="request", where=f"vpcs[{i}]")
+            try:
+                small = cluster.model_copy(update={
+                    "vpcs": [v], "hosts": [], "storage_pools": [
+                        p.model_copy(update={"prefixes": plus}) if p.name == pool else
+                        p.model_copy(update={"prefixes": PrefixSet.empty()})
+                        for p in cluster.storage_pools]})
+                check_cluster(small)  # the added prefixes against the VPC's own space
+            except IntentProblem as problem:
+                raise as_error(problem, "request", None) from None
+
+    def _chunk_writes(self, pool: str, new_set: PrefixSet, touched: set[int]
+                      ) -> dict[str, bytes | None]:
+        fresh = split_pool(pool, new_set)
+        writes: dict[str, bytes | None] = {}
+        for c in touched:
+            key = f"{POOL}{pool}/{c:03d}"
+            if key in fresh and self.objects.get(key) != fresh[key]:
+                writes[key] = fresh[key]
+            elif key not in fresh and key in self.objects:
+                writes[key] = None
+        return writes
+
+    def document(self) -> dict[str, Any]:
+        """The desired state as a version-2 document."""
+        if self.cluster is None:
+            raise InvalidIntentError("no intent applied yet", path="store")
+        return to_document(self.cluster)
+
+    def status(self) -> dict[str, Any]:
+        """Every gateway's last report, plus the desired revision."""
+        items, rev = self.store.get_prefix(STATUS)
+        gws = {k[len(STATUS):]: json.loads(v) for k, v in items.items()}
+        for gw in (self.cluster.gateways if self.cluster else []):
+            gws.setdefault(gw.name, {"health": "unknown", "revision": None})
+        return {"desired_revision": self.revision, "gateways": gws}
+
+
+def parse_chunks(objects: dict[str, bytes]) -> dict[str, PrefixSet]:
+    """Every chunk of a set of objects, parsed (tests)."""
+    return {k: parse_chunk(k, v) for k, v in objects.items() if k.startswith(POOL)}

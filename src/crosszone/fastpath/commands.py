@@ -12,8 +12,9 @@ from rich.table import Table
 
 from crosszone.intent.errors import InvalidIntentError
 
+JSON_KEYS = ("index", "verdict", "reason", "egress", "len")
 fastpath_app = typer.Typer(help="Run, attach and inspect the XDP fast path.", no_args_is_help=True)
-console = Console()
+console = Console(emoji=False)  # ':a:' in an IPv6 address is not an emoji
 
 
 def _fail(msg: str) -> None:
@@ -45,7 +46,7 @@ def run_cmd(
         return
     if as_json:
         for r in rows:
-            sys.stdout.write(json.dumps(r) + "\n")
+            sys.stdout.write(json.dumps({k: r[k] for k in JSON_KEYS}) + "\n")
         return
     table = Table(title=f"{pcap} through the {'model' if model else 'XDP program'}")
     for col in ("#", "verdict", "reason", "egress", "len", "output"):

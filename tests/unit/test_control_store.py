@@ -1,0 +1,85 @@
+"""Both store backends behind one interface: revisions, prefixes, deletes, watch (real etcd)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from etcd_fixture import etcd_url  # noqa: F401  (fixture)
+
+from crosszone.control.store import Store, StoreUnavailable, open_store
+
+
+@pytest.fixture(params=["sqlite", "etcd"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "sqlite":
+        s = open_store(f"sqlite://{tmp_path}/state.db")
+    else:
+        url = request.getfixturevalue("etcd_url")
+        from crosszone.control.etcd_store import EtcdStore
+
+        s = EtcdStore(url, root=f"/t{time.monotonic_ns()}/")
+    yield s
+    s.close()
+
+
+def test_revisions_increase_and_group_a_transaction(store: Store) -> None:
+    r1 = store.put_many({"intent/a": b"1", "intent/b": b"2"})
+    r2 = store.put("intent/a", b"3")
+    assert r2 > r1
+    items, rev = store.get_prefix("intent/")
+    assert items == {"intent/a": b"3", "intent/b": b"2"} and rev >= r2
+    ev = store.watch("intent/", r1 - 1, 1)
+    assert [(e.key, e.value) for e in ev if e.revision == r1] == [("intent/a", b"1"),
+                                                                  ("intent/b", b"2")]
+
+
+def test_delete_and_prefix_isolation(store: Store) -> None:
+    store.put_many({"intent/x": b"1", "status/gw": b"s"})
+    r = store.put_many({"intent/x": None})
+    assert store.get_prefix("intent/")[0] == {}
+    assert store.get("status/gw") == b"s"
+    ev = store.watch("intent/", r - 1, 1)
+    assert ev[-1].value is None and ev[-1].key == "intent/x"
+
+
+def test_watch_waits_then_returns_in_order(store: Store) -> None:
+    r0 = store.put("intent/k", b"0")
+    assert store.watch("intent/", r0, 0.2) == []
+
+    def later() -> None:
+        time.sleep(0.1)
+        store.put("intent/k", b"1")
+        store.put("intent/k", b"2")
+    threading.Thread(target=later).start()
+    got = store.watch("intent/", r0, 3)
+    time.sleep(0.2)
+    got += store.watch("intent/", got[-1].revision, 0.5)
+    assert [e.value for e in got] == [b"1", b"2"]
+    assert [e.revision for e in got] == sorted(e.revision for e in got)
+
+
+def test_watch_ignores_other_prefixes(store: Store) -> None:
+    r0 = store.put("intent/k", b"0")
+    store.put("status/gw", b"x")
+    assert store.watch("intent/", r0, 0.2) == []
+
+
+def test_unreachable_etcd_is_store_unavailable() -> None:
+    from crosszone.control.etcd_store import EtcdStore
+
+    s = EtcdStore("http://127.0.0.1:9", timeout=0.5)
+    with pytest.raises(StoreUnavailable):
+        s.get_prefix("intent/")
+    with pytest.raises(StoreUnavailable):
+        s.watch("intent/", 0, 0.1)
+
+
+def test_bad_urls() -> None:
+    with pytest.raises(ValueError):
+        open_store("zookeeper://x")
+    with pytest.raises(StoreUnavailable):
+        open_store("sqlite:///nonexistent-dir/x/y.db")

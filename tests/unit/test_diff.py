@@ -1,0 +1,172 @@
+"""compile.diff and the agent's reconciler: minimal, make-before-break, delta == full."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import yaml
+
+from crosszone.agent.desired import Ids, compile_gateway
+from crosszone.agent.reconcile import Reconciler
+from crosszone.compile.diff import DictSink, apply_to, count, diff, diff_entries
+from crosszone.compile.tables import compile_intent
+from crosszone.control.objects import diff_objects, split_cluster
+from crosszone.control.store import Event
+from crosszone.fastpath import maps_io as mio
+from crosszone.intent.cluster import for_gateway, load_cluster, parse_cluster, to_document
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = ROOT / "examples" / "cluster.yaml"
+IFX = (lambda name: 5)  # noqa: E731
+
+
+def cluster_with(**edits: object):  # noqa: ANN201
+    d = to_document(load_cluster(CLUSTER))
+    for fn in edits.values():
+        fn(d)  # type: ignore[operator]
+    return parse_cluster(yaml.safe_dump(d))
+
+
+def _invariants(step: dict, old: dict, new: dict) -> None:
+    """No route in both old and new is ever missing; no route points at a missing group."""
+    for fam in ("routes4", "routes6"):
+        for k in old.get(fam, {}).keys() & new.get(fam, {}).keys():
+            assert k in step.get(fam, {}), f"live route {k.hex()} missing mid-change"
+        for v in step.get(fam, {}).values():
+            group = int.from_bytes(v[4:8], "little")
+            action = int.from_bytes(v[0:4], "little")
+            if action == 1:
+                assert group.to_bytes(4, "little") in step["ecmp_groups"]
+    for vkey, vval in step.get("vpc_by_vni", {}).items():
+        assert vval  # a VPC entry is only written after the routes of its prefix lengths
+
+
+def test_same_intent_no_ops() -> None:
+    t = compile_intent(for_gateway(load_cluster(CLUSTER), "gw-a"))
+    assert diff(t, t) == []
+
+
+def test_empty_gateway_all_puts_in_dependency_order() -> None:
+    t = compile_intent(for_gateway(load_cluster(CLUSTER), "gw-a"))
+    ops = diff(None, t)
+    order = [op.map for op in ops]
+    assert order.index("ecmp_groups") < order.index("routes4") < order.index("vpc_by_vni")
+    assert all(op.kind == "put" for op in ops)
+
+
+def test_only_changed_entries() -> None:
+    a = compile_gateway(load_cluster(CLUSTER), "gw-a", IFX)
+    b = compile_gateway(cluster_with(x=lambda d: d["storage_pools"][1].__setitem__(
+        "prefixes", d["storage_pools"][1]["prefixes"] + "\n10.77.0.0/16")), "gw-a", IFX, a.ids)
+    ops = diff_entries(a.entries, b.entries)
+    assert count(ops) == {"put": 1, "delete": 0}
+    assert ops[0].map == "routes4"
+
+
+def test_removal_deletes_last_and_vpc_first() -> None:
+    a = compile_gateway(load_cluster(CLUSTER), "gw-a", IFX)
+
+    def drop(d: dict) -> None:
+        d["vpcs"][0]["routes"] = []
+    b = compile_gateway(cluster_with(x=drop), "gw-a", IFX, a.ids)
+    ops = diff_entries(a.entries, b.entries)
+    kinds = [op.kind for op in ops]
+    assert kinds == sorted(kinds, key=lambda k: k == "delete")  # every put before any delete
+
+
+def test_stable_ids_when_a_low_vni_appears() -> None:
+    a = compile_gateway(load_cluster(CLUSTER), "gw-a", IFX)
+
+    def add(d: dict) -> None:
+        d["vpcs"].insert(0, {"name": "early", "vni": 5, "prefixes": ["10.50.0.0/16"],
+                             "storage_facing": "identity", "router_mac": "02:00:00:00:ee:01",
+                             "storage_pools": ["datasets"]})
+    b = compile_gateway(cluster_with(x=add), "gw-a", IFX, a.ids)
+    assert b.ids.vpcs["tenant-a"] == a.ids.vpcs["tenant-a"]
+    assert b.ids.vpcs["early"] == 2
+    ops = diff_entries(a.entries, b.entries)
+    assert count(ops)["delete"] == 0  # nobody else's routes were re-keyed
+
+
+def test_ids_round_trip() -> None:
+    ids = Ids({"a": 1}, {"p": 0}, {"p/n": 3})
+    assert Ids.from_json(ids.to_json()) == ids
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_changes_keep_invariants_and_reach_target(seed: int) -> None:
+    rnd = random.Random(seed)
+    base = load_cluster(CLUSTER)
+    d = to_document(base)
+    pools = d["storage_pools"]
+    pools[0]["prefixes"] = "\n".join(f"172.16.{i}.0/24" for i in rnd.sample(range(90), 40))
+    pools[1]["prefixes"] = "\n".join(f"172.{20 + i // 200}.{i % 200}.0/24"
+                                     for i in rnd.sample(range(400), 40))
+    old = parse_cluster(yaml.safe_dump(d))
+    pools[0]["prefixes"] = "\n".join(f"172.16.{i}.0/{rnd.choice([24, 25])}"
+                                     for i in rnd.sample(range(90), 30))
+    pools[1]["next_hops"] = pools[1]["next_hops"] + [
+        {"name": "ck-r2", "interface": "storage0", "mac": "02:00:00:00:31:02"}]
+    if rnd.random() < 0.5:
+        d["vpcs"][0]["routes"] = d["vpcs"][0]["routes"][:1]
+    new = parse_cluster(yaml.safe_dump(d))
+    a = compile_gateway(old, "gw-a", IFX)
+    b = compile_gateway(new, "gw-a", IFX, a.ids)
+    ops = diff_entries(a.entries, b.entries)
+    state = {k: dict(v) for k, v in a.entries.items()}
+    for step in apply_to(state, ops):
+        _invariants(step, a.entries, b.entries)
+    assert state == b.entries
+
+
+def test_compile_gateway_matches_compile_intent() -> None:
+    c = load_cluster(CLUSTER)
+    for gw in ("gw-a", "gw-b"):
+        ref = mio.bind_ports(compile_intent(for_gateway(c, gw)), IFX)
+        from crosszone.compile.diff import encode_tables
+        assert compile_gateway(c, gw, IFX).entries == encode_tables(ref)
+
+
+def _events(rev: int, old: dict, new: dict) -> list[Event]:
+    return [Event(rev, k, v) for k, v in diff_objects(old, new).writes.items()]
+
+
+def test_reconciler_delta_equals_full_and_restart_writes_nothing() -> None:
+    c = load_cluster(CLUSTER)
+    o1 = split_cluster(c)
+    sink = DictSink()
+    r = Reconciler("gw-a", sink, IFX)
+    assert r.load(o1, 1).mode == "full"
+    d = to_document(c)
+    d["storage_pools"][1]["prefixes"] += "\n10.99.0.0/24\n10.98.0.0/23"
+    c2 = parse_cluster(yaml.safe_dump(d))
+    o2 = split_cluster(c2)
+    res = r.on_events(_events(2, o1, o2))
+    assert res is not None and res.mode == "delta" and res.puts >= 2
+    assert sink.entries == compile_gateway(c2, "gw-a", IFX).entries
+    # A restarted agent reads the maps and finds nothing to do.
+    r2 = Reconciler("gw-a", DictSink(sink.entries), IFX, ids=r.ids)
+    again = r2.load(o2, 2, actual=lambda wanted: {k: dict(v) for k, v in sink.entries.items()})
+    assert (again.puts, again.deletes) == (0, 0)
+
+
+def test_bad_revision_rejected_last_state_kept() -> None:
+    c = load_cluster(CLUSTER)
+    o1 = split_cluster(c)
+    sink = DictSink()
+    r = Reconciler("gw-a", sink, IFX)
+    r.load(o1, 1)
+    before = {k: dict(v) for k, v in sink.entries.items()}
+    res = r.on_events([Event(2, "core", b"{not json")])
+    assert res is not None and res.mode == "rejected"
+    assert r.revision == 1 and r.rejected == 1 and "rejected" in (r.last_error or "")
+    assert sink.entries == before
+    res = r.on_events([Event(3, "pool/checkpoints/007", b"10.0.0.1/8")])
+    assert res is not None and res.mode == "rejected"
+
+
+def test_gateway_missing_from_intent_is_rejected() -> None:
+    r = Reconciler("gw-z", DictSink(), IFX)
+    assert r.load(split_cluster(load_cluster(CLUSTER)), 1).mode == "rejected"

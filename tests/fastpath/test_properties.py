@@ -84,3 +84,29 @@ def assert_isolated(t, frame: bytes, res: model.Result) -> None:
 def test_tenants_stay_isolated(runner, frame):
     res = runner.run(frame)
     assert_isolated(runner.tables, frame, res)
+
+
+def _valid_frames():
+    from packet_fixtures import PAYLOAD, storage_reply, vxlan
+    from scapy.layers.inet import TCP, UDP
+
+    return [
+        bytes(vxlan(IP(src="192.168.1.10", dst="172.16.5.5") / TCP(sport=1, dport=2) / PAYLOAD)),
+        bytes(vxlan(IPv6(src="fd00:a::10", dst="fd10::5") / UDP(sport=1, dport=2) / PAYLOAD,
+                    vlan=5)),
+        bytes(storage_reply("100.64.1.10")),
+        bytes(storage_reply("fd64:a::10", src="fd10::5")),
+    ]
+
+
+def test_truncated_at_every_offset(runner):
+    """Every prefix of a valid frame: same verdict, reason and bytes in program and model."""
+    n = 0
+    for frame in _valid_frames():
+        for cut in range(14, len(frame) + 1):
+            part = frame[:cut]
+            k = runner.run(part)
+            m = model.process(part, runner.tables, LOOPBACK_IFINDEX)
+            assert (k.action, k.reason, k.data) == (m.action, m.reason, m.data), cut
+            n += 1
+    assert n > 400

@@ -103,9 +103,13 @@ def attach(intent_path: str | Path, pin_dir: str | Path, netns: str | None = Non
                     xdp_attach(peer.ifindex, pass_obj.program("cz_pass").fd)
                     done.append(peer)
     STATE_DIR.mkdir(parents=True, exist_ok=True)
-    state = {"netns": netns, "pin_dir": str(pin),
-             "attachments": [a.__dict__ for a in done]}
-    _state_file(pin).write_text(json.dumps(state, indent=1))
+    # A re-attach (upgrade) keeps what an earlier attach did: those peers are still ours.
+    records = [a.__dict__ for a in done]
+    sf = _state_file(pin)
+    if sf.exists():
+        records += [r for r in json.loads(sf.read_text())["attachments"] if r not in records]
+    state = {"netns": netns, "pin_dir": str(pin), "attachments": records}
+    sf.write_text(json.dumps(state, indent=1))
     obj.close()
     pass_obj.close()
     return bound

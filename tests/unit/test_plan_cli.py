@@ -184,8 +184,12 @@ def test_simulate_table_and_errors(app, tmp_path):
 def test_bench_simulate_small(app):
     result = run(app, "bench", "simulate", "--servers", "20", "--duration", "60s", "--json")
     assert result.exit_code == 0, result.output
-    line = json.loads(result.output)
-    assert line["servers"] == 20 and line["simulated_s"] == 60
-    assert line["flows"] > 0 and line["wall_s"] >= 0
+    lines = [json.loads(text) for text in result.output.splitlines()]
+    # One line per tier, each its own simulation of the whole cluster.
+    assert [line["tier"] for line in lines] == ["x86 50G x 22", "tofino 1.6T x 1"]
+    for line in lines:
+        assert line["servers"] == 20 and line["simulated_s"] == 60
+        assert line["flows"] > 0 and line["wall_s"] >= 0 and line["cpu_s"] >= 0
+        assert line["flows_per_wall_s"] is None or line["flows_per_wall_s"] > 0
     result = run(app, "bench", "simulate", "--servers", "0", "--json")
     assert result.exit_code == 2

@@ -143,3 +143,37 @@ def test_projection_and_time_accounting():
 def test_checkpoint_stall_measured_even_without_a_checkpoint_in_the_window():
     result = simulate(small(duration="20s"))
     assert all(t.checkpoints == 0 and t.checkpoint_stall_s > 0 for t in result.tiers)
+
+
+def per_device_reference(device, bits, cap_bps, capacity_bps):
+    """Processor sharing device by device in plain Python (the closed form, slowly)."""
+    finish = np.zeros(len(bits))
+    for d in np.unique(device):
+        idx = [i for i in np.argsort(bits, kind="stable") if device[i] == d]
+        t, done = 0.0, 0.0
+        for rank, i in enumerate(idx):
+            rate = min(cap_bps, capacity_bps / (len(idx) - rank))
+            t += (bits[i] - done) / rate
+            done = bits[i]
+            finish[i] = t
+    return finish
+
+
+@pytest.mark.parametrize(
+    ("devices", "n", "dtype"),
+    [(1, 1, np.uint16), (3, 10, np.int64), (70000, 500, np.int64), (11000, 300000, np.uint16)],
+)
+def test_solver_matches_per_device_reference(devices, n, dtype):
+    # Covers 32- and 64-bit sort keys and device numbers above 16 bits.
+    rng = np.random.default_rng(devices + n)
+    device = rng.integers(0, devices, n).astype(dtype)
+    bits = rng.lognormal(0, 0.5, n) * 1e9
+    finish, dev, dt, util = processor_sharing_finish(device, bits, 2e9, 7e9, devices)
+    sample = slice(None) if n <= 1000 else np.flatnonzero(device < 40)
+    reference = per_device_reference(device[sample], bits[sample], 2e9, 7e9)
+    assert finish[sample] == pytest.approx(reference, rel=1e-9)
+    busy = np.bincount(dev, weights=dt, minlength=devices)
+    last = np.zeros(devices)
+    np.maximum.at(last, device, finish)
+    assert busy == pytest.approx(last, rel=1e-9)
+    assert np.all((util > 0) & (util <= 1))

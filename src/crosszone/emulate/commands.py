@@ -53,8 +53,7 @@ def status_table(dep: deploy.Deployment) -> Table:
     table.add_row("fast path", ", ".join(f"{k}={'attached' if v else 'no'}"
                                          for k, v in (state.fastpath if state else {}).items())
                   or "none attached")
-    by_addr = {g.compute_addr: g.name for g in dep.plan.gateways}
-    by_addr |= {g.storage_addr: g.name for g in dep.plan.gateways}
+    by_addr = {f"g{g.index}": g.name for g in dep.plan.gateways}
     if existing:
         c, s = dep.route_hops()
         table.add_row("compute router -> anycast VTEP",
@@ -104,9 +103,11 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         if as_json:
             c, s = dep.route_hops()
             state = st.load()
+            names = {f"g{g.index}": g.name for g in dep.plan.gateways}
             print(json.dumps({"up": state is not None and state.complete,
                               "active": state.active if state else None,
-                              "compute_nexthops": sorted(c), "storage_nexthops": sorted(s)}))
+                              "compute_nexthops": sorted(names.get(x, x) for x in c),
+                              "storage_nexthops": sorted(names.get(x, x) for x in s)}))
             return
         Console().print(status_table(dep))
 

@@ -53,8 +53,9 @@ def intent(p: Plan, gw: Gateway) -> dict[str, Any]:
         {
             "name": f"vpc-{vpc.name}",
             "vni": vpc.vni,
-            "prefixes": [str(vpc.prefix)],
-            "storage_facing": [str(vpc.storage_facing)],
+            "prefixes": [str(vpc.prefix)] + ([str(vpc.prefix6)] if vpc.prefix6 else []),
+            "storage_facing": [str(vpc.storage_facing)]
+            + ([str(vpc.storage_facing6)] if vpc.storage_facing6 else []),
             "router_mac": router_mac(v),
             "storage_pools": [POOL],
         }
@@ -65,7 +66,7 @@ def intent(p: Plan, gw: Gateway) -> dict[str, Any]:
             "name": ep.name,
             "vpc": f"vpc-{ep.vpc.name}",
             "vtep": p.hosts[ep.host - 1].vtep,
-            "addresses": [ep.addr],
+            "addresses": [ep.addr] + ([ep.addr6] if ep.addr6 else []),
             "mac": ep.mac,
         }
         for ep in p.endpoints
@@ -86,7 +87,8 @@ def intent(p: Plan, gw: Gateway) -> dict[str, Any]:
         "storage_pools": [
             {
                 "name": POOL,
-                "prefixes": [str(p.spec.storage.subnet)],
+                "prefixes": [str(p.spec.storage.subnet)]
+                + ([str(p.spec.storage.subnet6)] if p.ipv6 else []),
                 "next_hops": [{"name": "storage-router", "interface": "s0",
                                "mac": gw.storage_peer_mac}],
             }

@@ -74,6 +74,10 @@ def _neighbor(addr: str, remote_as: int | str) -> list[str]:
     ]
 
 
+def _v6(prefix: str) -> bool:
+    return ":" in prefix
+
+
 def router_config(p: Plan, which: str) -> str:
     """Config of the compute ('compute') or storage ('storage') zone router."""
     spec = p.spec
@@ -98,18 +102,29 @@ def router_config(p: Plan, which: str) -> str:
     lines += [f"  network {n}" for n in networks]
     # All gateways share one AS, so their paths tie and multipath installs them as one
     # kernel nexthop group: that is the ECMP over gateways.
-    lines += [f"  maximum-paths {MAX_PATHS}", " exit-address-family", "exit", "!", "end", ""]
+    lines += [f"  maximum-paths {MAX_PATHS}", " exit-address-family"]
+    if which == "storage" and p.ipv6:
+        # IPv6 routes ride the IPv4 sessions; bgpd gives them the global IPv6 address of the
+        # session's interface as next hop (each storage link has one).
+        lines += [" !", " address-family ipv6 unicast", f"  network {spec.storage.subnet6}"]
+        lines += [f"  neighbor {peer} activate" for peer in peers]
+        lines += [f"  maximum-paths {MAX_PATHS}", " exit-address-family"]
+    lines += ["exit", "!", "end", ""]
     return "\n".join(lines)
 
 
 def gateway_prefixes(p: Plan) -> tuple[list[str], list[str]]:
     """(prefixes announced to the compute router, prefixes announced to the storage router)."""
-    return [f"{p.spec.anycast_vtep}/32"], [str(v.storage_facing) for v in p.spec.vpcs]
+    facing = [str(v.storage_facing) for v in p.spec.vpcs]
+    facing += [str(v.storage_facing6) for v in p.spec.vpcs if v.storage_facing6 is not None]
+    return [f"{p.spec.anycast_vtep}/32"], facing
 
 
 def gateway_config(p: Plan, gw: Gateway, active: bool) -> str:
     """Config of one gateway (either kind): sessions to both routers, announcements if active."""
     to_compute, to_storage = gateway_prefixes(p)
+    v4 = [x for x in to_compute + to_storage if not _v6(x)]
+    v6 = [x for x in to_storage if _v6(x)]
     lines = _header(gw.ns)
     lines += [
         f"router bgp {GATEWAY_AS}",
@@ -123,18 +138,28 @@ def gateway_config(p: Plan, gw: Gateway, active: bool) -> str:
     lines += _neighbor(gw.storage_peer, STORAGE_ROUTER_AS)
     lines += [" !", " address-family ipv4 unicast"]
     if active:
-        lines += [f"  network {n}" for n in to_compute + to_storage]
+        lines += [f"  network {n}" for n in v4]
     lines += [
         f"  neighbor {gw.compute_peer} route-map TO-COMPUTE out",
         f"  neighbor {gw.storage_peer} route-map TO-STORAGE out",
         " exit-address-family",
-        "exit",
-        "!",
     ]
+    if v6:
+        lines += [" !", " address-family ipv6 unicast"]
+        if active:
+            lines += [f"  network {n}" for n in v6]
+        lines += [
+            f"  neighbor {gw.storage_peer} activate",
+            f"  neighbor {gw.storage_peer} route-map TO-STORAGE out",
+            " exit-address-family",
+        ]
+    lines += ["exit", "!"]
     lines += [f"ip prefix-list CZ-ANYCAST seq {5 * n} permit {x}"
               for n, x in enumerate(to_compute, start=1)]
     lines += [f"ip prefix-list CZ-FACING seq {5 * n} permit {x}"
-              for n, x in enumerate(to_storage, start=1)]
+              for n, x in enumerate([x for x in to_storage if not _v6(x)], start=1)]
+    lines += [f"ipv6 prefix-list CZ-FACING6 seq {5 * n} permit {x}"
+              for n, x in enumerate(v6, start=1)]
     lines += [
         "!",
         "route-map TO-COMPUTE permit 10",
@@ -145,9 +170,11 @@ def gateway_config(p: Plan, gw: Gateway, active: bool) -> str:
         " match ip address prefix-list CZ-FACING",
         "exit",
         "!",
-        "end",
-        "",
     ]
+    if v6:
+        lines += ["route-map TO-STORAGE permit 20",
+                  " match ipv6 address prefix-list CZ-FACING6", "exit", "!"]
+    lines += ["end", ""]
     return "\n".join(lines)
 
 
@@ -189,9 +216,13 @@ def _network_ops(p: Plan, gw: Gateway, negate: bool) -> list[Op]:
     # Storage-facing first on announce, anycast first on withdraw: replies have a path before
     # requests arrive, and requests stop before replies lose theirs.
     order = to_storage + to_compute if not negate else to_compute + to_storage
-    stmts = [("no " if negate else "") + f"network {n}" for n in order]
-    op = vtysh(gw.ns, "configure terminal", f"router bgp {GATEWAY_AS}",
-               "address-family ipv4 unicast", *stmts)
+    no = "no " if negate else ""
+    v4 = [f"{no}network {n}" for n in order if not _v6(n)]
+    v6 = [f"{no}network {n}" for n in order if _v6(n)]
+    cmds = ["configure terminal", f"router bgp {GATEWAY_AS}", "address-family ipv4 unicast", *v4]
+    if v6:
+        cmds += ["exit-address-family", "address-family ipv6 unicast", *v6]
+    op = vtysh(gw.ns, *cmds)
     # vtysh fails on `no network X` when X is not configured: withdrawing twice is fine, and
     # callers verify the outcome in the routers' tables anyway.
     return [Cmd(op.argv, check=not negate)]
@@ -234,7 +265,10 @@ def route_nexthops(route_json: str, prefix: str) -> set[str]:
 
 
 def kernel_nexthops(route_json: str) -> set[str]:
-    """Gateways of the kernel route(s) in `ip -j -d route show exact PREFIX` output.
+    """Devices of the live next hops of the kernel route(s) in `ip -j -d route show exact PREFIX`.
+
+    Devices, not addresses: a router reaches gateway k through its device g<k> whatever the
+    family, and bgpd gives IPv6 routes a link-local next hop.
 
     The kernel's table, not zebra's RIB, is what forwards: zebra marks a route selected before
     its dataplane thread has installed the nexthop group, so make-before-break waits for this.
@@ -249,6 +283,7 @@ def kernel_nexthops(route_json: str) -> set[str]:
             continue
         for nh in route.get("nexthops") or [route]:
             flags = nh.get("flags") or []
-            if "gateway" in nh and "dead" not in flags and "linkdown" not in flags:
-                hops.add(str(nh["gateway"]))
+            if "gateway" in nh and "dev" in nh and "dead" not in flags \
+                    and "linkdown" not in flags:
+                hops.add(str(nh["dev"]))
     return hops

@@ -35,32 +35,11 @@ def vxlan_name(vpc: VpcSpec) -> str:
     return f"vx-{vpc.name}"
 
 
-def _host_bits(vpc: VpcSpec) -> str:
-    return str(vpc.prefix.hostmask)
-
-
-def nft_ruleset(p: Plan) -> str:
-    """The nftables ruleset of a legacy gateway (same on every legacy gateway)."""
-    pre: list[str] = []
-    pairs: list[str] = []
-    for v, vpc in enumerate(p.spec.vpcs, start=1):
-        dev, mark = vxlan_name(vpc), TABLE_BASE + v
-        host = _host_bits(vpc)
-        pre.append(
-            f'    iifname "{dev}" ip saddr {vpc.prefix} '
-            f"ip saddr set ip saddr & {host} | {vpc.storage_facing.network_address} notrack"
-        )
-        pre.append(
-            f'    iifname "s0" ip daddr {vpc.storage_facing} '
-            f"ip daddr set ip daddr & {host} | {vpc.prefix.network_address} "
-            f"meta mark set {mark} notrack"
-        )
-        pairs.append(f'"{dev}" . "s0" : accept')
-        pairs.append(f'"s0" . "{dev}" : accept')
-    lines = [
-        "table ip czgw",
-        "delete table ip czgw",  # makes loading idempotent (the first line creates it if absent)
-        "table ip czgw {",
+def _table(family: str, pre: list[str], pairs: list[str]) -> list[str]:
+    return [
+        f"table {family} czgw",
+        f"delete table {family} czgw",  # idempotent load: the first line creates it if absent
+        f"table {family} czgw {{",
         "  counter dropped { }",
         "  chain gw_prerouting {",
         # raw priority: before conntrack would look at it, so no per-flow state is ever made.
@@ -73,9 +52,47 @@ def nft_ruleset(p: Plan) -> str:
         '    counter name "dropped" drop',
         "  }",
         "}",
-        "",
     ]
-    return "\n".join(lines)
+
+
+def nft_ruleset(p: Plan) -> str:
+    """The nftables ruleset of a legacy gateway (same on every legacy gateway).
+
+    One `ip` table and, when a VPC has IPv6, one `ip6` table with the same rules: nftables'
+    payload write of a 128-bit address fixes the TCP/UDP pseudo-header checksum too.
+    """
+    pre: list[str] = []
+    pre6: list[str] = []
+    pairs: list[str] = []
+    pairs6: list[str] = []
+    for v, vpc in enumerate(p.spec.vpcs, start=1):
+        dev, mark = vxlan_name(vpc), TABLE_BASE + v
+        host = str(vpc.prefix.hostmask)
+        pre.append(
+            f'    iifname "{dev}" ip saddr {vpc.prefix} '
+            f"ip saddr set ip saddr & {host} | {vpc.storage_facing.network_address} notrack"
+        )
+        pre.append(
+            f'    iifname "s0" ip daddr {vpc.storage_facing} '
+            f"ip daddr set ip daddr & {host} | {vpc.prefix.network_address} "
+            f"meta mark set {mark} notrack"
+        )
+        pairs += [f'"{dev}" . "s0" : accept', f'"s0" . "{dev}" : accept']
+        if vpc.prefix6 is not None and vpc.storage_facing6 is not None:
+            host6 = str(vpc.prefix6.hostmask)
+            pre6.append(
+                f'    iifname "{dev}" ip6 saddr {vpc.prefix6} ip6 saddr set ip6 saddr & {host6}'
+                f" | {vpc.storage_facing6.network_address} notrack"
+            )
+            pre6.append(
+                f'    iifname "s0" ip6 daddr {vpc.storage_facing6} ip6 daddr set ip6 daddr & '
+                f"{host6} | {vpc.prefix6.network_address} meta mark set {mark} notrack"
+            )
+            pairs6 += [f'"{dev}" . "s0" : accept', f'"s0" . "{dev}" : accept']
+    lines = _table("ip", pre, pairs)
+    if pre6:
+        lines += _table("ip6", pre6, pairs6)
+    return "\n".join(lines + [""])
 
 
 def plan_legacy(p: Plan, gw: Gateway) -> list[Op]:
@@ -97,6 +114,14 @@ def plan_legacy(p: Plan, gw: Gateway) -> list[Op]:
             in_ns(ns, "ip", "rule", "del", "pref", table, check=False),
             in_ns(ns, "ip", "rule", "add", "pref", table, "fwmark", table, "lookup", table),
         ]
+        if vpc.prefix6 is not None:
+            ops += [
+                in_ns(ns, "ip", "-6", "route", "replace", str(vpc.prefix6), "dev", dev,
+                      "table", table),
+                in_ns(ns, "ip", "-6", "rule", "del", "pref", table, check=False),
+                in_ns(ns, "ip", "-6", "rule", "add", "pref", table, "fwmark", table,
+                      "lookup", table),
+            ]
         for ep in (e for e in p.endpoints if e.vpc == vpc):
             host_vtep = p.hosts[ep.host - 1].vtep
             ops += [
@@ -104,19 +129,22 @@ def plan_legacy(p: Plan, gw: Gateway) -> list[Op]:
                 in_ns(ns, "ip", "neigh", "replace", ep.addr, "lladdr", ep.mac, "dev", dev,
                       "nud", "permanent"),
             ]
+            if ep.addr6:
+                ops.append(in_ns(ns, "ip", "-6", "neigh", "replace", ep.addr6, "lladdr", ep.mac,
+                                 "dev", dev, "nud", "permanent"))
     ops.append(in_ns(ns, "nft", "-f", "-", stdin=nft_ruleset(p)))
     return ops
 
 
 def dropped_packets(nft_json: str) -> int:
-    """Packets counted by the `dropped` counter, from `nft -j list counter ip czgw dropped`."""
+    """Packets counted by the `dropped` counters, from `nft -j list counters`."""
     try:
         data = json.loads(nft_json or "{}")
     except json.JSONDecodeError:
         return 0
+    total = 0
     for item in data.get("nftables", []):
         counter = item.get("counter")
-        if counter:
-            return int(counter.get("packets", 0))
-    return 0
-
+        if counter and counter.get("table") == "czgw" and counter.get("name") == "dropped":
+            total += int(counter.get("packets", 0))
+    return total

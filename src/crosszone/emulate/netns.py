@@ -128,10 +128,14 @@ def plan_link(link: Link) -> list[Op]:
             "peer", "name", link.b_name, "netns", link.b_ns,
             "address", link.b_mac, "mtu", str(link.mtu)),
     ]
-    for ns, name, addr in ((link.a_ns, link.a_name, link.a_addr),
-                           (link.b_ns, link.b_name, link.b_addr)):
+    for ns, name, addr, addr6 in ((link.a_ns, link.a_name, link.a_addr, link.a_addr6),
+                                  (link.b_ns, link.b_name, link.b_addr, link.b_addr6)):
         if addr:
             ops.append(in_ns(ns, "ip", "addr", "add", addr, "dev", name))
+        if addr6:
+            # nodad: the plan guarantees uniqueness, and DAD would delay the address by a
+            # second and send neighbour solicitations for nothing.
+            ops.append(in_ns(ns, "ip", "-6", "addr", "add", addr6, "dev", name, "nodad"))
         ops.append(in_ns(ns, "ip", "link", "set", name, "up"))
     return ops
 

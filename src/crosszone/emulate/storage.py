@@ -53,6 +53,7 @@ http {{
     client_body_temp_path {d}/tmp;
     server {{
         listen {node.addr}:{HTTP_PORT} reuseport backlog=1024;
+        listen [{node.addr6}]:{HTTP_PORT} reuseport backlog=1024;
         root {d}/data;
         location /dataset/ {{ }}
         location /meta/ {{ default_type application/json; }}
@@ -78,6 +79,7 @@ def plan_node(p: Plan, node: StorageNode) -> list[Op]:
              str(d / "data" / "ckpt"), str(d / "tmp"))),
         WriteFile(d / "nginx.conf", nginx_config(p, node)),
         in_ns(node.ns, "ip", "route", "replace", "default", "via", p.storage_gw_addr),
+        in_ns(node.ns, "ip", "-6", "route", "replace", "default", "via", p.storage_gw_addr6),
         full_checksums(node.ns, "eth0"),
     ]
     for i in range(spec.shards):

@@ -52,6 +52,9 @@ class VpcSpec(_Strict):
     vni: int = Field(ge=1, le=16_777_215)
     prefix: ipaddress.IPv4Network
     storage_facing: ipaddress.IPv4Network
+    # IPv6 inside the VPC (optional): the same 1:1 stateless translation, per family.
+    prefix6: ipaddress.IPv6Network | None = None
+    storage_facing6: ipaddress.IPv6Network | None = None
 
     @model_validator(mode="after")
     def _same_length(self) -> VpcSpec:
@@ -59,6 +62,13 @@ class VpcSpec(_Strict):
             raise ValueError("storage_facing must have the same length as prefix (1:1 mapping)")
         if self.prefix.prefixlen > 16:
             raise ValueError("prefix must be /16 or shorter (one /24 per host is carved from it)")
+        if (self.prefix6 is None) != (self.storage_facing6 is None):
+            raise ValueError("prefix6 and storage_facing6 go together")
+        if self.prefix6 is not None and self.storage_facing6 is not None:
+            if self.prefix6.prefixlen != self.storage_facing6.prefixlen:
+                raise ValueError("storage_facing6 must have the same length as prefix6")
+            if self.prefix6.prefixlen > 112:
+                raise ValueError("prefix6 must be /112 or shorter")
         return self
 
 
@@ -70,6 +80,7 @@ class GatewaysSpec(_Strict):
 class StorageSpec(_Strict):
     nodes: int = Field(default=2, ge=1, le=8)
     subnet: ipaddress.IPv4Network = ipaddress.IPv4Network("172.16.0.0/24")
+    subnet6: ipaddress.IPv6Network = ipaddress.IPv6Network("fd10::/64")
     shards: int = Field(default=8, ge=1, le=1024)
     shard_size_mib: int = Field(default=64, ge=1, le=65536)
     checkpoint_max_mib: int = Field(default=64, ge=1, le=4096)
@@ -123,6 +134,8 @@ class Link:
     b_mac: str
     b_addr: str | None
     mtu: int
+    a_addr6: str | None = None
+    b_addr6: str | None = None
 
 
 @dataclass(frozen=True)
@@ -136,6 +149,8 @@ class Endpoint:
     addr: str  # inner address
     mac: str
     gw_addr: str  # the VPC's virtual router address (static neighbour to router_mac)
+    addr6: str | None = None  # inner IPv6 address when the VPC has prefix6
+    gw_addr6: str | None = None
 
 
 @dataclass(frozen=True)
@@ -160,6 +175,8 @@ class Gateway:
     storage_peer: str
     storage_mac: str
     storage_peer_mac: str
+    storage_addr6: str = ""
+    storage_peer6: str = ""
 
     @property
     def router_id(self) -> str:
@@ -176,6 +193,7 @@ class StorageNode:
     ns: str
     addr: str
     mac: str
+    addr6: str = ""
 
 
 @dataclass(frozen=True)
@@ -188,6 +206,12 @@ class Plan:
     compute_router_ns: str
     storage_router_ns: str
     storage_gw_addr: str  # storage router's address on the storage LAN
+    storage_gw_addr6: str = ""
+
+    @property
+    def ipv6(self) -> bool:
+        """Whether any VPC carries IPv6."""
+        return any(v.prefix6 is not None for v in self.spec.vpcs)
 
     @property
     def endpoints(self) -> tuple[Endpoint, ...]:
@@ -258,15 +282,22 @@ def plan(spec: TopologySpec) -> Plan:
             base = int(vpc.prefix.network_address)
             addr = ipaddress.IPv4Address(base + i * 256 + 10)
             gw = ipaddress.IPv4Address(base + 255 * 256 + 254)
+            addr6 = gw6 = None
+            if vpc.prefix6 is not None:
+                base6 = int(vpc.prefix6.network_address)
+                addr6 = str(ipaddress.IPv6Address(base6 + i * 256 + 10))
+                gw6 = str(ipaddress.IPv6Address(base6 + 0xFFFE))
             ep = Endpoint(
                 name=f"h{i}-{vpc.name}", ns=f"{PREFIX}h{i}-{vpc.name}", host=i, vpc=vpc,
                 addr=str(addr), mac=_mac(0xE0 + v, i, 0x10), gw_addr=str(gw),
+                addr6=addr6, gw_addr6=gw6,
             )
             eps.append(ep)
             # The endpoint side is a plain NIC; the host side is a bridge port of the vSwitch.
             links.append(
                 Link(ep.ns, "eth0", ep.mac, f"{addr}/{vpc.prefix.prefixlen}",
-                     hns, f"ep-{vpc.name}", _mac(0xE0 + v, i, 0x11), None, INNER_MTU)
+                     hns, f"ep-{vpc.name}", _mac(0xE0 + v, i, 0x11), None, INNER_MTU,
+                     a_addr6=f"{addr6}/{vpc.prefix6.prefixlen}" if vpc.prefix6 else None)
             )
         hosts.append(Host(i, hns, vtep, tuple(eps)))
 
@@ -283,23 +314,28 @@ def plan(spec: TopologySpec) -> Plan:
             compute_mac=_mac(0x10, k, 2), compute_peer_mac=_mac(0x10, k, 1),
             storage_addr=f"10.20.{k}.2", storage_peer=f"10.20.{k}.1",
             storage_mac=_mac(0x20, k, 2), storage_peer_mac=_mac(0x20, k, 1),
+            storage_addr6=f"fd20:{k}::2", storage_peer6=f"fd20:{k}::1",
         )
         gateways.append(gw)
         links.append(Link(gw.ns, "c0", gw.compute_mac, f"{gw.compute_addr}/24",
                           cr, f"g{k}", gw.compute_peer_mac, f"{gw.compute_peer}/24", UNDERLAY_MTU))
         links.append(Link(gw.ns, "s0", gw.storage_mac, f"{gw.storage_addr}/24",
-                          sr, f"g{k}", gw.storage_peer_mac, f"{gw.storage_peer}/24", INNER_MTU))
+                          sr, f"g{k}", gw.storage_peer_mac, f"{gw.storage_peer}/24", INNER_MTU,
+                          a_addr6=f"{gw.storage_addr6}/64", b_addr6=f"{gw.storage_peer6}/64"))
 
-    subnet = spec.storage.subnet
+    subnet, subnet6 = spec.storage.subnet, spec.storage.subnet6
     nodes = []
     for j in range(1, spec.storage.nodes + 1):
         addr = str(subnet.network_address + 10 + j)
-        node = StorageNode(f"st{j}", f"{PREFIX}st{j}", addr, _mac(0x30, j, 2))
+        addr6 = str(subnet6.network_address + 10 + j)
+        node = StorageNode(f"st{j}", f"{PREFIX}st{j}", addr, _mac(0x30, j, 2), addr6)
         nodes.append(node)
         links.append(Link(node.ns, "eth0", node.mac, f"{addr}/{subnet.prefixlen}",
-                          sr, f"st{j}", _mac(0x30, j, 1), None, INNER_MTU))
+                          sr, f"st{j}", _mac(0x30, j, 1), None, INNER_MTU,
+                          a_addr6=f"{addr6}/{subnet6.prefixlen}"))
     return Plan(
         spec=spec, hosts=tuple(hosts), gateways=tuple(gateways), storage_nodes=tuple(nodes),
         links=tuple(links), compute_router_ns=cr, storage_router_ns=sr,
         storage_gw_addr=str(subnet.network_address + 1),
+        storage_gw_addr6=str(subnet6.network_address + 1),
     )

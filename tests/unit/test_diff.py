@@ -39,8 +39,20 @@ def _invariants(step: dict, old: dict, new: dict) -> None:
             action = int.from_bytes(v[0:4], "little")
             if action == 1:
                 assert group.to_bytes(4, "little") in step["ecmp_groups"]
-    for vkey, vval in step.get("vpc_by_vni", {}).items():
-        assert vval  # a VPC entry is only written after the routes of its prefix lengths
+    # A clear Bloom bit must never hide a live route.
+    from crosszone.compile.diff import bloom_entries
+    import numpy as np
+    from crosszone.fastpath import maps_io as mio
+    for fam in ("routes4", "routes6"):
+        for k in step.get(fam, {}):
+            vpc_id, plen = int.from_bytes(k[0:4], "little"), int.from_bytes(k[4:8], "little")
+            if fam == "routes4":
+                arr = mio.RouteArrays(4, np.array([vpc_id], np.uint32), np.array([plen], np.uint32),
+                                      np.array([int.from_bytes(k[8:12], "big")], np.uint32), None,
+                                      np.zeros(1, np.uint32), np.zeros(1, np.uint32))
+                for w, bits in bloom_entries(arr.bloom_hashes()).items():
+                    have = int.from_bytes(step["route_bloom"].get(w, bytes(8)), "little")
+                    assert have & int.from_bytes(bits, "little"), "route hidden by the filter"
 
 
 def test_same_intent_no_ops() -> None:
@@ -61,8 +73,8 @@ def test_only_changed_entries() -> None:
     b = compile_gateway(cluster_with(x=lambda d: d["storage_pools"][1].__setitem__(
         "prefixes", d["storage_pools"][1]["prefixes"] + "\n10.77.0.0/16")), "gw-a", IFX, a.ids)
     ops = diff_entries(a.entries, b.entries)
-    assert count(ops) == {"put": 1, "delete": 0}
-    assert ops[0].map == "routes4"
+    assert [(op.map, op.kind, len(op)) for op in ops] == [("route_bloom", "put", 1),
+                                                          ("routes4", "put", 1)]
 
 
 def test_removal_deletes_last_and_vpc_first() -> None:

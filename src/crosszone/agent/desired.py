@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from crosszone.compile.diff import Entries, encode_route_arrays, encode_tables
+from crosszone.compile.diff import Entries, bloom_entries, encode_route_arrays, encode_tables
 from crosszone.compile.tables import Tables, Vpc, compile_intent
 from crosszone.fastpath import layout
 from crosszone.fastpath import maps_io as mio
@@ -155,8 +155,10 @@ def route_delta(d: Desired, c: Cluster, pool: str, added: PrefixSet, removed: Pr
 
     The caller diffs them (puts of new routes, then VPC entries, then deletes of old routes) and
     applies the same change to d.entries."""
-    old: Entries = {"routes4": {}, "routes6": {}, "vpc_by_vni": {}}
-    new: Entries = {"routes4": {}, "routes6": {}, "vpc_by_vni": {}}
+    old: Entries = {"routes4": {}, "routes6": {}, "vpcs": {}, "route_bloom": {}}
+    new: Entries = {"routes4": {}, "routes6": {}, "vpcs": {}, "route_bloom": {}}
+    bloom_now = d.entries.get("route_bloom", {})
+    zero = bytes(8)
     gid = d.ids.groups[pool]
     for spec in c.vpcs:
         if pool not in spec.storage_pools:
@@ -166,13 +168,19 @@ def route_delta(d: Desired, c: Cluster, pool: str, added: PrefixSet, removed: Pr
             for arr in pool_route_arrays(v.vpc_id, gid, ps):
                 name, entries = encode_route_arrays(arr)
                 side[name].update(entries)
+                if side is new:
+                    for k, bits in bloom_entries(arr.bloom_hashes()).items():
+                        cur = new["route_bloom"].get(k) or bloom_now.get(k, zero)
+                        old["route_bloom"][k] = bloom_now.get(k, zero)
+                        new["route_bloom"][k] = (int.from_bytes(cur, "little") | int.from_bytes(
+                            bits, "little")).to_bytes(8, "little")
         c4, c6 = d.counts[spec.name]
         c4 += _plen_counts(added.plen4, 32) - _plen_counts(removed.plen4, 32)
         c6 += _plen_counts(added.plen6, 128) - _plen_counts(removed.plen6, 128)
         nv = with_plens(v, c4, c6)
         if nv is not v:
-            key = mio._u32(v.vni)
-            old["vpc_by_vni"][key] = mio.encode_vpc(v)
-            new["vpc_by_vni"][key] = mio.encode_vpc(nv)
+            key = mio._u32(v.vpc_id)
+            old["vpcs"][key] = mio.encode_vpc(v)
+            new["vpcs"][key] = mio.encode_vpc(nv)
             d.vpcs[spec.name] = nv
     return old, new

@@ -174,7 +174,8 @@ class Reconciler:
                          and k not in old_part[name]]
                 if clash:
                     raise _NeedFull  # a duplicate route: the full path validates and rejects
-            ops += diff_entries(old_part, new_part, ("routes4", "routes6", "vpc_by_vni"))
+            ops += diff_entries(old_part, new_part,
+                                ("route_bloom", "routes4", "routes6", "vpcs"))
         self._apply(ops)
         for k in changed:
             if k in new_chunks:

@@ -6,10 +6,12 @@ intents and a restarted agent that compares what it wants with what the pinned m
 
 Order (no live route is ever missing, no route ever points at something that is not there yet):
 
-1. puts, dependencies first: ports, devmap slots, next hops, ECMP groups, hosts, allowed VTEPs,
-   routes, storage-facing prefixes, then the VPC entry (which enables the prefix lengths its routes
-   use) and the config;
-2. deletes, in the reverse order: the VPC entry goes before its routes, routes before the groups.
+1. puts, dependencies first: ports, devmap slots, next hops, ECMP groups, hosts, the route Bloom
+   bits (only added), routes, storage-facing prefixes, then the VPC entry (which enables the
+   prefix lengths its routes use), VNI -> VPC, the allowed VTEPs (which admit traffic into a
+   complete VPC) and the config;
+2. deletes, in the reverse order: VTEPs and the VPC go before its routes, routes before the
+   groups; last, Bloom words lose the bits of routes that are gone.
 
 An entry that changes value is a put in place (an atomic map update), never a delete and a put.
 Array maps cannot delete: entries no longer wanted there are unreachable and stay.
@@ -23,18 +25,25 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+import numpy as np
+
 from crosszone.compile.tables import Tables
+from crosszone.fastpath import bloom
 from crosszone.fastpath import maps_io as mio
 
 Entries = dict[str, dict[bytes, bytes]]
 
 #: Maps in dependency order: each may point at entries of the maps before it.
 MAP_ORDER: tuple[str, ...] = (
-    "ports", "tx_ports", "nexthops", "ecmp_groups", "hosts", "vtep_allowed",
-    "routes4", "routes6", "sf4", "sf6", "vpc_by_vni", "config",
+    "ports", "tx_ports", "nexthops", "ecmp_groups", "hosts", "route_bloom",
+    "routes4", "routes6", "sf4", "sf6", "vpcs", "vpc_by_vni", "vtep_allowed", "config",
 )
 #: Array maps: every index exists, so nothing is deleted there.
-ARRAY_MAPS = frozenset({"ports", "tx_ports", "nexthops", "ecmp_groups", "config"})
+ARRAY_MAPS = frozenset({"ports", "tx_ports", "nexthops", "ecmp_groups", "config",
+                        "route_bloom", "vpcs"})
+#: The route Bloom filter: a clear bit hides a route, so bits are only ever added while routes
+#: may exist; bits of removed routes are cleared after the deletes (a stale bit costs a probe).
+BLOOM = "route_bloom"
 
 
 @dataclass(frozen=True)
@@ -85,23 +94,54 @@ def encode_tables(t: Tables, extra_routes: Iterable[mio.RouteArrays] = ()) -> En
     for g in t.groups:
         e["ecmp_groups"][u32(g.group_id)] = mio.encode_group(g)
     e["hosts"] = dict(mio.encode_host(h) for h in t.hosts)
-    one = u32(1)
-    e["vtep_allowed"] = {mio.encode_vtep(vni, ip): one for vni, ip in t.vteps}
-    for fam in (4, 6):
-        sel = [r for r in t.routes if r.prefix.version == fam]
-        if sel:
-            name, entries = encode_route_arrays(mio.RouteArrays.of(sel))
-            e[name].update(entries)
-    for arr in extra_routes:
+    vpc_of = {v.vni: v.vpc_id for v in t.vpcs}
+    e["vtep_allowed"] = {mio.encode_vtep(vni, ip): u32(vpc_of[vni]) for vni, ip in t.vteps}
+    arrays = [mio.RouteArrays.of(sel) for fam in (4, 6)
+              if (sel := [r for r in t.routes if r.prefix.version == fam])]
+    arrays += list(extra_routes)
+    hashes = []
+    for arr in arrays:
         name, entries = encode_route_arrays(arr)
         e[name].update(entries)
+        hashes.append(arr.bloom_hashes())
+    if hashes:
+        e[BLOOM] = bloom_entries(np.concatenate(hashes))
     for sf in t.storage_facing:
         k, v = mio.encode_sf(sf)
         e["sf4" if sf.prefix.version == 4 else "sf6"][k] = v
     for v in t.vpcs:
-        e["vpc_by_vni"][u32(v.vni)] = mio.encode_vpc(v)
+        e["vpcs"][u32(v.vpc_id)] = mio.encode_vpc(v)
+        e["vpc_by_vni"][u32(v.vni)] = u32(v.vpc_id)
     e["config"][u32(0)] = mio.encode_config(t)
     return e
+
+
+def bloom_entries(hashes: np.ndarray) -> dict[bytes, bytes]:
+    """Bloom filter words (index -> 64 bits) with the bits of these route hashes."""
+    idx, bits = bloom.words(hashes)
+    return dict(zip(split(idx.astype("<u4").tobytes(), 4), split(bits.astype("<u8").tobytes(), 8)))
+
+
+def _or(a: bytes, b: bytes) -> bytes:
+    return (int.from_bytes(a, "little") | int.from_bytes(b, "little")).to_bytes(8, "little")
+
+
+def diff_bloom(old: dict[bytes, bytes], new: dict[bytes, bytes]
+               ) -> tuple[MapOp | None, MapOp | None]:
+    """(bits to add first, words to narrow last) for the route Bloom filter."""
+    zero = bytes(8)
+    add_k, add_v, cut_k, cut_v = [], [], [], []
+    for k, v in new.items():
+        cur = old.get(k, zero)
+        both = _or(cur, v)
+        if both != cur:
+            add_k.append(k)
+            add_v.append(both)
+        if both != v:
+            cut_k.append(k)
+            cut_v.append(v)
+    return (MapOp("put", BLOOM, add_k, add_v) if add_k else None,
+            MapOp("put", BLOOM, cut_k, cut_v) if cut_k else None)
 
 
 def diff_map(name: str, old: dict[bytes, bytes], new: dict[bytes, bytes]
@@ -126,6 +166,13 @@ def diff_entries(old: Entries, new: Entries, maps: Sequence[str] = MAP_ORDER) ->
     puts: list[MapOp] = []
     dels: list[MapOp] = []
     for name in maps:
+        if name == BLOOM:
+            put, narrow = diff_bloom(old.get(name, {}), new.get(name, {}))
+            if put:
+                puts.append(put)
+            if narrow:
+                dels.insert(0, narrow)  # after every delete (dels is reversed below)
+            continue
         put, delete = diff_map(name, old.get(name, {}), new.get(name, {}))
         if put:
             puts.append(put)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from packet_fixtures import Fixture, tables
-
 from crosszone.compile.tables import Tables
 from crosszone.fastpath import model
 from crosszone.fastpath.maps_io import bind_ports
 from crosszone.fastpath.testrun import LOOPBACK_IFINDEX, test_ifindexes
+
+from packet_fixtures import Fixture, tables
 
 Runner = Callable[[bytes], model.Result]
 
@@ -30,15 +30,22 @@ def check(row: Fixture, res: model.Result, bound: Tables) -> None:
     """Assert everything the row expects."""
     names = {p.index: p.name for p in bound.ports}
     vpcs = {v.vpc_id: v.name for v in bound.vpcs}
-    got = (res.action.name, res.reason.name, names.get(res.port) if res.port is not None else None,
-           vpcs.get(res.vpc_id) if res.vpc_id is not None else None)
+    got = (
+        res.action.name,
+        res.reason.name,
+        names.get(res.port) if res.port is not None else None,
+        vpcs.get(res.vpc_id) if res.vpc_id is not None else None,
+    )
     want = (row.action.name, row.reason.name, row.egress, row.vpc)
     assert got == want, f"{row.desc}: got {got}, want {want}"
     expected = row.out if row.out is not None else row.frame
     if res.data != expected:
-        diff = next((i for i, (a, b) in enumerate(zip(res.data, expected)) if a != b),
-                    min(len(res.data), len(expected)))
+        diff = next(
+            (i for i, (a, b) in enumerate(zip(res.data, expected)) if a != b),
+            min(len(res.data), len(expected)),
+        )
         raise AssertionError(
             f"{row.desc}: output differs at byte {diff} (len {len(res.data)} vs {len(expected)})\n"
-            f" got  {res.data[max(0, diff - 8):diff + 24].hex()}\n"
-            f" want {expected[max(0, diff - 8):diff + 24].hex()}")
+            f" got  {res.data[max(0, diff - 8) : diff + 24].hex()}\n"
+            f" want {expected[max(0, diff - 8) : diff + 24].hex()}"
+        )

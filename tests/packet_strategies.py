@@ -4,12 +4,13 @@ mutations (truncation at any offset, flipped header bytes, wrong lengths)."""
 from __future__ import annotations
 
 from hypothesis import strategies as st
-from packet_fixtures import GW_VTEP, PAYLOAD, ROUTER, STORAGE_MAC, COMPUTE_MAC
 from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.layers.vxlan import VXLAN
 from scapy.packet import Raw
+
+from packet_fixtures import COMPUTE_MAC, GW_VTEP, PAYLOAD, ROUTER, STORAGE_MAC
 
 VNIS = [1001, 1002, 1003, 4242]
 VTEPS = ["10.1.0.1", "10.1.0.2", "10.1.0.3", "10.1.0.9"]
@@ -17,8 +18,17 @@ SRC4 = ["192.168.1.10", "192.168.1.11", "192.168.200.3", "10.200.0.5", "10.9.9.9
 DST4 = ["172.16.5.5", "172.16.99.1", "172.16.98.1", "172.17.1.1", "172.30.0.1", "10.200.0.9"]
 SRC6 = ["fd00:a::10", "fd00:a::beef", "fd00:b::1"]
 DST6 = ["fd10::5", "fd10:0:0:1::9", "fd99::1"]
-REPLY_DST = ["100.64.1.10", "100.64.1.11", "100.65.1.10", "100.64.9.9", "10.200.0.5",
-             "100.66.0.1", "fd64:a::10", "fd64:a::11", "fd65::1"]
+REPLY_DST = [
+    "100.64.1.10",
+    "100.64.1.11",
+    "100.65.1.10",
+    "100.64.9.9",
+    "10.200.0.5",
+    "100.66.0.1",
+    "fd64:a::10",
+    "fd64:a::11",
+    "fd65::1",
+]
 
 
 def ipv4(draw, src, dst):
@@ -56,8 +66,11 @@ def inner_packet(draw, vni=None):
     six = draw(st.booleans())
     payload = Raw(b"p" * draw(st.integers(0, 120)))
     if six:
-        ip = IPv6(src=draw(st.sampled_from(SRC6)), dst=draw(st.sampled_from(DST6)),
-                  hlim=draw(st.one_of(st.integers(0, 3), *[st.integers(4, 255)] * 4)))
+        ip = IPv6(
+            src=draw(st.sampled_from(SRC6)),
+            dst=draw(st.sampled_from(DST6)),
+            hlim=draw(st.one_of(st.integers(0, 3), *[st.integers(4, 255)] * 4)),
+        )
         ext = draw(st.sampled_from([None] * 8 + [IPv6ExtHdrDestOpt, IPv6ExtHdrFragment]))
         if ext is not None:
             ip = ip / ext()
@@ -85,15 +98,23 @@ def valid_frame(draw):
             vni, vtep = draw(st.sampled_from(VNIS)), draw(st.sampled_from(VTEPS))
         flags = draw(st.sampled_from([0x08] * 6 + [0x0C, 0x00, 0xFF]))
         outer = IP(src=vtep, dst=GW_VTEP, id=0)
-        return eth / outer / UDP(sport=draw(st.integers(1024, 65535)), dport=4789) / VXLAN(
-            flags=flags, vni=vni) / Ether(dst=ROUTER.get(vni, "02:00:00:00:aa:01")) / draw(
-            inner_packet(vni))
+        return (
+            eth
+            / outer
+            / UDP(sport=draw(st.integers(1024, 65535)), dport=4789)
+            / VXLAN(flags=flags, vni=vni)
+            / Ether(dst=ROUTER.get(vni, "02:00:00:00:aa:01"))
+            / draw(inner_packet(vni))
+        )
     if kind == "reply":
         dst = draw(st.sampled_from(REPLY_DST))
         if ":" in dst:
-            ip = IPv6(src=draw(st.sampled_from(DST6)), dst=dst,
-                      hlim=draw(st.one_of(st.integers(0, 3), *[st.integers(4, 255)] * 4)),
-                      tc=draw(st.sampled_from([0, 0xB8])))
+            ip = IPv6(
+                src=draw(st.sampled_from(DST6)),
+                dst=dst,
+                hlim=draw(st.one_of(st.integers(0, 3), *[st.integers(4, 255)] * 4)),
+                tc=draw(st.sampled_from([0, 0xB8])),
+            )
             if draw(st.integers(0, 5)) == 0:
                 ip = ip / IPv6ExtHdrDestOpt()
             return eth / ip / l4(draw, True) / PAYLOAD
@@ -102,12 +123,16 @@ def valid_frame(draw):
         if isinstance(proto, Raw):
             ip.proto = 47
         return eth / ip / proto / PAYLOAD
-    return eth / draw(st.sampled_from([
-        IP(src="10.1.0.1", dst=GW_VTEP) / UDP(dport=3784),
-        IP(src="10.1.0.1", dst=GW_VTEP) / TCP(dport=179),
-        IP(src="10.1.0.1", dst="10.5.5.5") / UDP(dport=4789),
-        ARP(pdst=GW_VTEP),
-    ]))
+    return eth / draw(
+        st.sampled_from(
+            [
+                IP(src="10.1.0.1", dst=GW_VTEP) / UDP(dport=3784),
+                IP(src="10.1.0.1", dst=GW_VTEP) / TCP(dport=179),
+                IP(src="10.1.0.1", dst="10.5.5.5") / UDP(dport=4789),
+                ARP(pdst=GW_VTEP),
+            ]
+        )
+    )
 
 
 @st.composite
@@ -126,5 +151,5 @@ def frames(draw):
         # Overwrite one of the length fields the parsers read (outer/inner IP, UDP).
         pos = draw(st.sampled_from([16, 38, 66, 68, 82, 86, 18 + 0]))
         if pos + 2 <= len(raw):
-            raw[pos:pos + 2] = draw(st.integers(0, 65535)).to_bytes(2, "big")
+            raw[pos : pos + 2] = draw(st.integers(0, 65535)).to_bytes(2, "big")
     return bytes(raw)

@@ -15,7 +15,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-bench_app = typer.Typer(help="Benchmarks. Each prints JSON lines; none is a test.", no_args_is_help=True)
+bench_app = typer.Typer(
+    help="Benchmarks. Each prints JSON lines; none is a test.", no_args_is_help=True
+)
 app.add_typer(bench_app, name="bench")
 
 # Modules that add commands: each exposes register(app, bench_app).

@@ -30,19 +30,28 @@ def fastpath_demo(console: Console) -> int:
         pcap, out = Path(tmp) / "sample.pcap", Path(tmp) / "out.pcap"
         labels = write_pcap(pcap)
         rows = run_pcap(EXAMPLE_INTENT, pcap, out, ingress="compute0")
-    table = Table(title="each sample frame through the real program (BPF_PROG_TEST_RUN)",
-                  show_lines=False)
+    table = Table(
+        title="each sample frame through the real program (BPF_PROG_TEST_RUN)", show_lines=False
+    )
     for col in ("frame", "verdict", "reason", "egress", "bytes out", "headers out"):
         table.add_column(col, overflow="fold")
     colour = {"redirect": "green", "tx": "green", "pass": "yellow", "drop": "red"}
     for label, r in zip(labels, rows):
         v = f"[{colour.get(r['verdict'], 'white')}]{r['verdict']}[/]"
-        table.add_row(label, v, r["reason"], r["egress"] or "-", str(r["len"]),
-                      r["summary"] if r["verdict"] in ("redirect", "tx") else "")
+        table.add_row(
+            label,
+            v,
+            r["reason"],
+            r["egress"] or "-",
+            str(r["len"]),
+            r["summary"] if r["verdict"] in ("redirect", "tx") else "",
+        )
     console.print(table)
-    console.print("forwarded: decapsulated, source translated into the tenant's storage-facing "
-                  "prefix, TTL-1, new MACs; replies translated back and wrapped in VXLAN with "
-                  "the tenant's VNI. Everything else: the kernel (pass) or a counted drop.")
+    console.print(
+        "forwarded: decapsulated, source translated into the tenant's storage-facing "
+        "prefix, TTL-1, new MACs; replies translated back and wrapped in VXLAN with "
+        "the tenant's VNI. Everything else: the kernel (pass) or a counted drop."
+    )
     return len(rows)
 
 
@@ -53,8 +62,10 @@ def demo(
     """Show crosszone working: the fast path on sample frames, then both zones emulated."""
     console = Console(emoji=False)
     if os.geteuid() != 0:
-        console.print("[red]error:[/red] the demo loads BPF programs and builds namespaces: "
-                      "run it as root (sudo make demo)")
+        console.print(
+            "[red]error:[/red] the demo loads BPF programs and builds namespaces: "
+            "run it as root (sudo make demo)"
+        )
         raise typer.Exit(2)
     fastpath_demo(console)
     if quick:

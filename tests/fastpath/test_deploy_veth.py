@@ -3,7 +3,6 @@ underlay MTU, replacing the program under its pinned maps, and a detach that lea
 
 from __future__ import annotations
 
-import os
 import secrets
 import socket
 import subprocess
@@ -11,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-from packet_fixtures import EXAMPLE, storage_reply, vxlan
 from scapy.layers.inet import IP, TCP
 from scapy.packet import Raw
 
@@ -22,9 +20,15 @@ from crosszone.fastpath.maps_io import bind_ports
 from crosszone.fastpath.netns import in_netns
 from crosszone.intent.loader import load_intent
 
+from packet_fixtures import EXAMPLE, storage_reply, vxlan
+
 ETH_P_ALL = 0x0003
-MACS = {"c0": "02:00:00:00:10:01", "s0": "02:00:00:00:20:01", "h0": "02:00:00:00:10:fe",
-        "st0": "02:00:00:00:30:01"}
+MACS = {
+    "c0": "02:00:00:00:10:01",
+    "s0": "02:00:00:00:20:01",
+    "h0": "02:00:00:00:10:fe",
+    "st0": "02:00:00:00:30:01",
+}
 
 
 def sh(*args: str) -> None:
@@ -41,13 +45,52 @@ def topo(tmp_path, bpffs):
         for name in ns.values():
             sh("ip", "netns", "add", name)
             sh("ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
-        sh("ip", "-n", ns["gw"], "link", "add", "c0", "type", "veth", "peer", "name", "h0",
-           "netns", ns["h"])
-        sh("ip", "-n", ns["gw"], "link", "add", "s0", "type", "veth", "peer", "name", "st0",
-           "netns", ns["st"])
+        sh(
+            "ip",
+            "-n",
+            ns["gw"],
+            "link",
+            "add",
+            "c0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "h0",
+            "netns",
+            ns["h"],
+        )
+        sh(
+            "ip",
+            "-n",
+            ns["gw"],
+            "link",
+            "add",
+            "s0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "st0",
+            "netns",
+            ns["st"],
+        )
         for where, dev in (("gw", "c0"), ("gw", "s0"), ("h", "h0"), ("st", "st0")):
-            sh("ip", "-n", ns[where], "link", "set", dev, "address", MACS[dev], "mtu", "9000",
-               "promisc", "on", "up")
+            sh(
+                "ip",
+                "-n",
+                ns[where],
+                "link",
+                "set",
+                dev,
+                "address",
+                MACS[dev],
+                "mtu",
+                "9000",
+                "promisc",
+                "on",
+                "up",
+            )
         intent = tmp_path / "gw.yaml"
         intent.write_text(EXAMPLE.read_text().replace("compute0", "c0").replace("storage0", "s0"))
         yield ns, intent, pin
@@ -99,11 +142,21 @@ def test_both_directions_jumbo_replace_and_detach(topo):
     host, storage = Port(ns["h"], "h0"), Port(ns["st"], "st0")
     try:
         frames = [
-            bytes(vxlan(IP(src="192.168.1.10", dst="172.16.5.5") / TCP(sport=40000, dport=80) /
-                        Raw(b"x" * 1400))),
+            bytes(
+                vxlan(
+                    IP(src="192.168.1.10", dst="172.16.5.5")
+                    / TCP(sport=40000, dport=80)
+                    / Raw(b"x" * 1400)
+                )
+            ),
             # 9000-byte underlay frame: 8950-byte inner IP packet.
-            bytes(vxlan(IP(src="192.168.1.10", dst="172.16.5.6") / TCP(sport=40001, dport=80) /
-                        Raw(b"y" * (8950 - 40)))),
+            bytes(
+                vxlan(
+                    IP(src="192.168.1.10", dst="172.16.5.6")
+                    / TCP(sport=40001, dport=80)
+                    / Raw(b"y" * (8950 - 40))
+                )
+            ),
         ]
         assert len(frames[1]) == 9014
         for frame in frames:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import yaml
-from packet_fixtures import EXAMPLE, vxlan
 from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 
@@ -12,19 +11,24 @@ from crosszone.fastpath.reasons import Reason
 from crosszone.fastpath.testrun import TestRunner
 from crosszone.intent.loader import parse_intent
 
+from packet_fixtures import EXAMPLE, vxlan
+
 
 def _tables(n_nexthops):
     doc = yaml.safe_load(EXAMPLE.read_text())
     pool = next(p for p in doc["storage_pools"] if p["name"] == "datasets")
-    pool["next_hops"] = [{"name": f"st-r{i}", "interface": "storage0",
-                          "mac": f"02:00:00:00:30:{i:02x}"} for i in range(1, n_nexthops + 1)]
+    pool["next_hops"] = [
+        {"name": f"st-r{i}", "interface": "storage0", "mac": f"02:00:00:00:30:{i:02x}"}
+        for i in range(1, n_nexthops + 1)
+    ]
     return compile_intent(parse_intent(yaml.safe_dump(doc), "ecmp.yaml"))
 
 
 def _flows():
     for i in range(600):
         inner = IP(src="192.168.1.10", dst=f"172.16.{i // 250}.{i % 250 + 1}") / TCP(
-            sport=20000 + i, dport=443)
+            sport=20000 + i, dport=443
+        )
         yield bytes(vxlan(inner))
 
 

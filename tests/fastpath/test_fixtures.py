@@ -4,10 +4,11 @@ give the row's verdict, reason, egress, VPC and output bytes."""
 from __future__ import annotations
 
 import pytest
-from fixture_runs import check, ifindexes, model_runner
-from packet_fixtures import fixtures, ids, tables
 
 from crosszone.fastpath.testrun import TestRunner
+
+from fixture_runs import check, ifindexes, model_runner
+from packet_fixtures import fixtures, ids, tables
 
 ROWS = fixtures()
 
@@ -18,8 +19,9 @@ def runners(gateway_object):
 
     def get(ingress):
         if ingress not in made:
-            made[ingress] = TestRunner(tables(), gateway_object,
-                                       ifindex_of=ifindexes(tables(), ingress))
+            made[ingress] = TestRunner(
+                tables(), gateway_object, ifindex_of=ifindexes(tables(), ingress)
+            )
         return made[ingress]
 
     yield get

@@ -6,10 +6,11 @@ import ctypes
 import re
 
 import pytest
-from conftest import BUILD, ROOT
 
 from crosszone.fastpath import btf, layout
 from crosszone.fastpath.reasons import REASON_MAX, Reason
+
+from conftest import BUILD, ROOT
 
 BPF = ROOT / "src" / "crosszone" / "fastpath" / "bpf"
 OBJECTS = [BUILD / "xdp_gateway.o", BUILD / "xdp_gateway_lpm.o"]
@@ -43,8 +44,11 @@ def test_reason_enum_matches_btf():
 
 def _defines(header: str) -> dict[str, int]:
     out = {}
-    for m in re.finditer(r"^#define\s+(CZ_\w+)\s+\(?(0x[0-9a-fA-F]+|\d+)(u?)\s*(<<\s*(\d+))?\)?",
-                         (BPF / header).read_text(), re.M):
+    for m in re.finditer(
+        r"^#define\s+(CZ_\w+)\s+\(?(0x[0-9a-fA-F]+|\d+)(u?)\s*(<<\s*(\d+))?\)?",
+        (BPF / header).read_text(),
+        re.MULTILINE,
+    ):
         value = int(m.group(2), 0)
         if m.group(5):
             value <<= int(m.group(5))
@@ -64,10 +68,16 @@ def test_model_and_bpf_agree_on_sizes_used_by_maps(gateway_object):
     from crosszone.fastpath.libbpf import BpfObject
 
     with BpfObject.open(gateway_object) as obj:
-        pairs = {"routes4": (layout.CzRoute4Key, layout.CzRoute), "hosts": (layout.CzHostKey,
-                 layout.CzHost), "vpcs": (ctypes.c_uint32, layout.CzVpc), "vpc_by_vni": (ctypes.c_uint32, ctypes.c_uint32), "vtep_allowed": (layout.CzVtepKey, ctypes.c_uint32),
-                 "ecmp_groups": (ctypes.c_uint32, layout.CzGroup), "sf4": (layout.CzSf4Key,
-                 layout.CzSf), "config": (ctypes.c_uint32, layout.CzConfig)}
+        pairs = {
+            "routes4": (layout.CzRoute4Key, layout.CzRoute),
+            "hosts": (layout.CzHostKey, layout.CzHost),
+            "vpcs": (ctypes.c_uint32, layout.CzVpc),
+            "vpc_by_vni": (ctypes.c_uint32, ctypes.c_uint32),
+            "vtep_allowed": (layout.CzVtepKey, ctypes.c_uint32),
+            "ecmp_groups": (ctypes.c_uint32, layout.CzGroup),
+            "sf4": (layout.CzSf4Key, layout.CzSf),
+            "config": (ctypes.c_uint32, layout.CzConfig),
+        }
         for name, (k, v) in pairs.items():
             m = obj.map(name)
             assert (m.key_size, m.value_size) == (ctypes.sizeof(k), ctypes.sizeof(v)), name

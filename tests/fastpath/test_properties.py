@@ -7,8 +7,6 @@ import ipaddress
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from packet_fixtures import tables
-from packet_strategies import frames
 from scapy.layers.inet import IP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
@@ -18,9 +16,14 @@ from crosszone.fastpath import model
 from crosszone.fastpath.reasons import Reason, XdpAction
 from crosszone.fastpath.testrun import LOOPBACK_IFINDEX, TestRunner
 
-SETTINGS = settings(max_examples=600, deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                           HealthCheck.too_slow])
+from packet_fixtures import tables
+from packet_strategies import frames
+
+SETTINGS = settings(
+    max_examples=600,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +60,9 @@ def assert_isolated(t, frame: bytes, res: model.Result) -> None:
         sf = vpc.sf4 if src.version == 4 else vpc.sf6
         assert sf is not None and src in sf, "left with another VPC's (or no) storage address"
         routes = [r for r in t.routes if r.vpc_id == vpc.vpc_id and r.prefix.version == dst.version]
-        best = max((r for r in routes if dst in r.prefix), key=lambda r: r.prefix.prefixlen,
-                   default=None)
+        best = max(
+            (r for r in routes if dst in r.prefix), key=lambda r: r.prefix.prefixlen, default=None
+        )
         assert best is not None and best.action == 1, "forwarded outside the VPC's routes"
         assert VXLAN not in out
     else:
@@ -68,14 +72,23 @@ def assert_isolated(t, frame: bytes, res: model.Result) -> None:
         assert vpc is not None and vpc.vpc_id == res.vpc_id
         inner = out[VXLAN].payload
         ip = inner[IP] if IP in inner else inner[IPv6]
-        host = next((h for h in t.hosts if h.vpc_id == vpc.vpc_id and
-                     h.addr == ipaddress.ip_address(ip.dst)), None)
+        host = next(
+            (
+                h
+                for h in t.hosts
+                if h.vpc_id == vpc.vpc_id and h.addr == ipaddress.ip_address(ip.dst)
+            ),
+            None,
+        )
         assert host is not None, "encapsulated toward an address that is not a host of the VNI"
         assert out[IP].dst == str(host.vtep)
         orig = Ether(frame)
         odst = ipaddress.ip_address((orig[IP] if IP in orig else orig[IPv6]).dst)
-        sf = next(s for s in t.storage_facing if s.vpc_id == vpc.vpc_id and
-                  s.prefix.version == odst.version)
+        sf = next(
+            s
+            for s in t.storage_facing
+            if s.vpc_id == vpc.vpc_id and s.prefix.version == odst.version
+        )
         assert odst in sf.prefix, "reply encapsulated with the VNI of another VPC"
 
 
@@ -87,13 +100,15 @@ def test_tenants_stay_isolated(runner, frame):
 
 
 def _valid_frames():
-    from packet_fixtures import PAYLOAD, storage_reply, vxlan
     from scapy.layers.inet import TCP, UDP
+
+    from packet_fixtures import PAYLOAD, storage_reply, vxlan
 
     return [
         bytes(vxlan(IP(src="192.168.1.10", dst="172.16.5.5") / TCP(sport=1, dport=2) / PAYLOAD)),
-        bytes(vxlan(IPv6(src="fd00:a::10", dst="fd10::5") / UDP(sport=1, dport=2) / PAYLOAD,
-                    vlan=5)),
+        bytes(
+            vxlan(IPv6(src="fd00:a::10", dst="fd10::5") / UDP(sport=1, dport=2) / PAYLOAD, vlan=5)
+        ),
         bytes(storage_reply("100.64.1.10")),
         bytes(storage_reply("fd64:a::10", src="fd10::5")),
     ]

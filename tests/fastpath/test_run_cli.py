@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from packet_fixtures import EXAMPLE
 from scapy.utils import rdpcap
 from typer.testing import CliRunner
 
 from crosszone.fastpath.commands import fastpath_app
 from crosszone.fastpath.sample_traffic import sample_frames, write_pcap
+
+from packet_fixtures import EXAMPLE
 
 runner = CliRunner()
 
@@ -35,7 +36,10 @@ def test_json_lines_and_output_pcap(pcap, tmp_path):
     assert all(set(r) == {"index", "verdict", "reason", "egress", "len"} for r in rows)
     first = rows[0]
     assert (first["verdict"], first["reason"], first["egress"]) == (
-        "redirect", "fwd_to_storage", "storage0")
+        "redirect",
+        "fwd_to_storage",
+        "storage0",
+    )
     assert first["len"] == len(bytes(sample_frames()[0][1])) - 50
     verdicts = {r["verdict"] for r in rows}
     assert verdicts == {"redirect", "pass", "drop"}
@@ -45,10 +49,29 @@ def test_json_lines_and_output_pcap(pcap, tmp_path):
 
 
 def test_model_mode_gives_the_same_lines(pcap, tmp_path):
-    kernel = _run("--intent", EXAMPLE, "--pcap", pcap, "--out", tmp_path / "k.pcap", "--json",
-                  "--ingress", "compute0")
-    model = _run("--intent", EXAMPLE, "--pcap", pcap, "--out", tmp_path / "m.pcap", "--json",
-                 "--ingress", "compute0", "--model")
+    kernel = _run(
+        "--intent",
+        EXAMPLE,
+        "--pcap",
+        pcap,
+        "--out",
+        tmp_path / "k.pcap",
+        "--json",
+        "--ingress",
+        "compute0",
+    )
+    model = _run(
+        "--intent",
+        EXAMPLE,
+        "--pcap",
+        pcap,
+        "--out",
+        tmp_path / "m.pcap",
+        "--json",
+        "--ingress",
+        "compute0",
+        "--model",
+    )
     assert kernel.exit_code == model.exit_code == 0
     assert kernel.output == model.output
     assert '"verdict": "tx"' in kernel.output  # replies leave through the ingress port

@@ -6,12 +6,13 @@ import ipaddress
 from collections import Counter
 
 import yaml
-from packet_fixtures import EXAMPLE
 
 from crosszone.compile.ecmp import rendezvous_buckets
 from crosszone.compile.tables import compile_intent
 from crosszone.fastpath import layout
 from crosszone.intent.loader import parse_intent
+
+from packet_fixtures import EXAMPLE
 
 
 def _intent(mutate=None):
@@ -33,10 +34,14 @@ def test_compile_is_deterministic_and_order_independent():
 def test_vpc_entries():
     t = compile_intent(_intent())
     a, b, c = t.vpcs
-    assert (a.name, a.prefix4, a.sf4) == ("tenant-a", ipaddress.ip_network("192.168.0.0/16"),
-                                          ipaddress.ip_network("100.64.0.0/16"))
-    assert a.flags == (layout.CZ_VPC_HAS4 | layout.CZ_VPC_XLAT4 | layout.CZ_VPC_HAS6
-                       | layout.CZ_VPC_XLAT6)
+    assert (a.name, a.prefix4, a.sf4) == (
+        "tenant-a",
+        ipaddress.ip_network("192.168.0.0/16"),
+        ipaddress.ip_network("100.64.0.0/16"),
+    )
+    assert a.flags == (
+        layout.CZ_VPC_HAS4 | layout.CZ_VPC_XLAT4 | layout.CZ_VPC_HAS6 | layout.CZ_VPC_XLAT6
+    )
     assert b.prefix6 is None and b.flags == layout.CZ_VPC_HAS4 | layout.CZ_VPC_XLAT4
     assert c.identity and c.flags == layout.CZ_VPC_HAS4 and c.sf4 == c.prefix4
     assert a.plens4 == (24, 16) and a.plens6 == (48,)

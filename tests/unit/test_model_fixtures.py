@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from fixture_runs import check, model_runner
 from packet_fixtures import fixtures, ids
 

@@ -20,6 +20,4 @@ def rendezvous_buckets(members: Sequence[tuple[str, int]], n_buckets: int) -> tu
     """Bucket -> member value for members given as (stable name, value). Empty -> all zero."""
     if not members:
         return (0,) * n_buckets
-    return tuple(
-        max(members, key=lambda m: (_weight(m[0], b), m[0]))[1] for b in range(n_buckets)
-    )
+    return tuple(max(members, key=lambda m: (_weight(m[0], b), m[0]))[1] for b in range(n_buckets))

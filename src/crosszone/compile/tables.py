@@ -17,8 +17,11 @@ from crosszone.intent.validate import vpc_routes
 
 Net = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-ACTIONS = {"forward": layout.CZ_ACT_FORWARD, "drop": layout.CZ_ACT_BLACKHOLE,
-           "slowpath": layout.CZ_ACT_SLOWPATH}
+ACTIONS = {
+    "forward": layout.CZ_ACT_FORWARD,
+    "drop": layout.CZ_ACT_BLACKHOLE,
+    "slowpath": layout.CZ_ACT_SLOWPATH,
+}
 
 
 def mac_bytes(mac: str) -> bytes:
@@ -46,12 +49,12 @@ class Vpc:
     vni: int
     name: str
     prefix4: ipaddress.IPv4Network | None
-    sf4: ipaddress.IPv4Network | None      # equal to prefix4 for identity
+    sf4: ipaddress.IPv4Network | None  # equal to prefix4 for identity
     prefix6: ipaddress.IPv6Network | None
     sf6: ipaddress.IPv6Network | None
     identity: bool
     router_mac: bytes
-    plens4: tuple[int, ...]                 # descending
+    plens4: tuple[int, ...]  # descending
     plens6: tuple[int, ...]
 
     @property
@@ -143,8 +146,13 @@ def compile_intent(intent: Intent) -> Tables:
     """Intent -> Tables. Deterministic: the same intent always gives equal tables."""
     gw = intent.gateway
     ports = tuple(
-        Port(index=i, name=itf.name, role=itf.role, mac=mac_bytes(itf.mac),
-             next_hop_mac=mac_bytes(itf.next_hop_mac or "00:00:00:00:00:00"))
+        Port(
+            index=i,
+            name=itf.name,
+            role=itf.role,
+            mac=mac_bytes(itf.mac),
+            next_hop_mac=mac_bytes(itf.next_hop_mac or "00:00:00:00:00:00"),
+        )
         for i, itf in enumerate(gw.interfaces)
     )
     port_index = {p.name: p.index for p in ports}
@@ -156,11 +164,16 @@ def compile_intent(intent: Intent) -> Tables:
     for g, pool in enumerate(intent.storage_pools):
         members = []
         for nh in pool.next_hops:
-            nexthops.append(Nexthop(len(nexthops), f"{pool.name}/{nh.name}",
-                                    port_index[nh.interface], mac_bytes(nh.mac)))
+            nexthops.append(
+                Nexthop(
+                    len(nexthops),
+                    f"{pool.name}/{nh.name}",
+                    port_index[nh.interface],
+                    mac_bytes(nh.mac),
+                )
+            )
             members.append(nexthops[-1])
-        buckets = rendezvous_buckets([(m.name, m.nh_id) for m in members],
-                                     layout.CZ_ECMP_BUCKETS)
+        buckets = rendezvous_buckets([(m.name, m.nh_id) for m in members], layout.CZ_ECMP_BUCKETS)
         groups.append(Group(g, pool.name, tuple(m.nh_id for m in members), buckets))
         group_of[pool.name] = g
 
@@ -179,22 +192,47 @@ def compile_intent(intent: Intent) -> Tables:
             for net, action, pool, _ in vpc_routes(intent, v)
         ]
         routes.extend(vroutes)
-        plens4 = tuple(sorted({r.prefix.prefixlen for r in vroutes if r.prefix.version == 4},
-                              reverse=True))
-        plens6 = tuple(sorted({r.prefix.prefixlen for r in vroutes if r.prefix.version == 6},
-                              reverse=True))
+        plens4 = tuple(
+            sorted({r.prefix.prefixlen for r in vroutes if r.prefix.version == 4}, reverse=True)
+        )
+        plens6 = tuple(
+            sorted({r.prefix.prefixlen for r in vroutes if r.prefix.version == 6}, reverse=True)
+        )
         router_mac = mac_bytes(v.router_mac)
-        vpcs.append(Vpc(vpc_id, v.vni, v.name, own.get(4), sf.get(4), own.get(6),  # type: ignore[arg-type]
-                        sf.get(6), identity, router_mac, plens4, plens6))  # type: ignore[arg-type]
+        vpcs.append(
+            Vpc(
+                vpc_id,
+                v.vni,
+                v.name,
+                own.get(4),
+                sf.get(4),
+                own.get(6),  # type: ignore[arg-type]
+                sf.get(6),
+                identity,
+                router_mac,
+                plens4,
+                plens6,
+            )
+        )  # type: ignore[arg-type]
         for fam in sorted(own):
             sfs.append(StorageFacing(sf[fam], vpc_id, v.vni, own[fam], router_mac, identity))
 
     vni_of = {v.name: v.vni for v in intent.vpcs}
     hosts = tuple(
         HostEntry(vpc_id_of[h.vpc], addr, h.vtep, mac_bytes(h.mac))
-        for h in intent.hosts for addr in h.addresses
+        for h in intent.hosts
+        for addr in h.addresses
     )
     vteps = frozenset((vni_of[h.vpc], h.vtep) for h in intent.hosts)
-    return Tables(vtep=gw.vtep, compute_port=compute_port, ports=ports, vpcs=tuple(vpcs),
-                  vteps=vteps, routes=tuple(routes), groups=tuple(groups),
-                  nexthops=tuple(nexthops), storage_facing=tuple(sfs), hosts=hosts)
+    return Tables(
+        vtep=gw.vtep,
+        compute_port=compute_port,
+        ports=ports,
+        vpcs=tuple(vpcs),
+        vteps=vteps,
+        routes=tuple(routes),
+        groups=tuple(groups),
+        nexthops=tuple(nexthops),
+        storage_facing=tuple(sfs),
+        hosts=hosts,
+    )

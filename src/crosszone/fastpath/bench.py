@@ -44,14 +44,23 @@ GW_VTEP = "10.0.0.100"
 MAC_A, MAC_B = bytes.fromhex("020000000a01"), bytes.fromhex("020000000a02")
 
 # IPv4 route set: (prefix length, first network, count); 1M routes over 5 lengths, disjoint.
-ROUTES4 = ((24, 0x10000000, 680_000), (32, 0x60000000, 100_000), (28, 0x61000000, 100_000),
-           (20, 0x62000000, 100_000), (16, 0xA0000000, 20_000))
+ROUTES4 = (
+    (24, 0x10000000, 680_000),
+    (32, 0x60000000, 100_000),
+    (28, 0x61000000, 100_000),
+    (20, 0x62000000, 100_000),
+    (16, 0xA0000000, 20_000),
+)
 # IPv6: (prefix length, first network as a 64-bit high half, step in the high half, count).
-ROUTES6 = ((56, 0x20010DB800000000, 1 << 8, 680_000), (128, 0x20010DB900000000, 0, 100_000),
-           (64, 0x20010DBA00000000, 1, 100_000), (48, 0x20010DBB00000000, 1 << 16, 100_000),
-           (32, 0x3000000000000000, 1 << 32, 20_000))
-DST4 = "16.0.5.7"                 # matches only a /24: probes /32, /28, then hits /24
-DST6 = "2001:db8:0:500::7"        # matches only a /56: probes /128, /64, then hits /56
+ROUTES6 = (
+    (56, 0x20010DB800000000, 1 << 8, 680_000),
+    (128, 0x20010DB900000000, 0, 100_000),
+    (64, 0x20010DBA00000000, 1, 100_000),
+    (48, 0x20010DBB00000000, 1 << 16, 100_000),
+    (32, 0x3000000000000000, 1 << 32, 20_000),
+)
+DST4 = "16.0.5.7"  # matches only a /24: probes /32, /28, then hits /24
+DST6 = "2001:db8:0:500::7"  # matches only a /56: probes /128, /64, then hits /56
 MISS4 = "250.0.0.1"
 
 
@@ -68,8 +77,15 @@ def route_arrays4(total: int) -> RouteArrays:
         addr.append(first + np.arange(count, dtype=np.uint64) * (1 << (32 - length)))
     p, a = np.concatenate(plen), np.concatenate(addr).astype(np.uint32)
     n = len(p)
-    return RouteArrays(4, np.zeros(n, np.uint32), p, a, None,
-                       np.full(n, L.CZ_ACT_FORWARD, np.uint32), np.zeros(n, np.uint32))
+    return RouteArrays(
+        4,
+        np.zeros(n, np.uint32),
+        p,
+        a,
+        None,
+        np.full(n, L.CZ_ACT_FORWARD, np.uint32),
+        np.zeros(n, np.uint32),
+    )
 
 
 def route_arrays6(total: int) -> RouteArrays:
@@ -82,24 +98,48 @@ def route_arrays6(total: int) -> RouteArrays:
         lo.append(i if length == 128 else np.zeros(count, np.uint64))
     p = np.concatenate(plen)
     n = len(p)
-    return RouteArrays(6, np.zeros(n, np.uint32), p, np.concatenate(hi), np.concatenate(lo),
-                       np.full(n, L.CZ_ACT_FORWARD, np.uint32), np.zeros(n, np.uint32))
+    return RouteArrays(
+        6,
+        np.zeros(n, np.uint32),
+        p,
+        np.concatenate(hi),
+        np.concatenate(lo),
+        np.full(n, L.CZ_ACT_FORWARD, np.uint32),
+        np.zeros(n, np.uint32),
+    )
 
 
 def bench_tables(ifindex: int) -> Tables:
     """One VPC, one port (the ingress device, so forwarding is XDP_TX like the floor)."""
     port = Port(0, "bench0", "compute", MAC_A, MAC_B, ifindex)
-    vpc = Vpc(0, VNI, "bench", ipaddress.ip_network("10.0.0.0/8"),
-              ipaddress.ip_network("44.0.0.0/8"), ipaddress.ip_network("fd00::/64"),
-              ipaddress.ip_network("fd64::/64"), False, MAC_B,
-              tuple(sorted({s[0] for s in ROUTES4}, reverse=True)),
-              tuple(sorted({s[0] for s in ROUTES6}, reverse=True)))
-    sf = StorageFacing(ipaddress.ip_network("44.0.0.0/8"), 0, VNI,
-                       ipaddress.ip_network("10.0.0.0/8"), MAC_B, False)
-    return Tables(vtep=ipaddress.IPv4Address(GW_VTEP), compute_port=0, ports=(port,),
-                  vpcs=(vpc,), vteps=frozenset({(VNI, ipaddress.IPv4Address(HOST_VTEP))}),
-                  routes=(), groups=(Group(0, "g", (0,), (0,) * L.CZ_ECMP_BUCKETS),),
-                  nexthops=(Nexthop(0, "nh", 0, MAC_B),), storage_facing=(sf,), hosts=())
+    vpc = Vpc(
+        0,
+        VNI,
+        "bench",
+        ipaddress.ip_network("10.0.0.0/8"),
+        ipaddress.ip_network("44.0.0.0/8"),
+        ipaddress.ip_network("fd00::/64"),
+        ipaddress.ip_network("fd64::/64"),
+        False,
+        MAC_B,
+        tuple(sorted({s[0] for s in ROUTES4}, reverse=True)),
+        tuple(sorted({s[0] for s in ROUTES6}, reverse=True)),
+    )
+    sf = StorageFacing(
+        ipaddress.ip_network("44.0.0.0/8"), 0, VNI, ipaddress.ip_network("10.0.0.0/8"), MAC_B, False
+    )
+    return Tables(
+        vtep=ipaddress.IPv4Address(GW_VTEP),
+        compute_port=0,
+        ports=(port,),
+        vpcs=(vpc,),
+        vteps=frozenset({(VNI, ipaddress.IPv4Address(HOST_VTEP))}),
+        routes=(),
+        groups=(Group(0, "g", (0,), (0,) * L.CZ_ECMP_BUCKETS),),
+        nexthops=(Nexthop(0, "nh", 0, MAC_B),),
+        storage_facing=(sf,),
+        hosts=(),
+    )
 
 
 def vxlan_frame(inner_dst: str) -> bytes:
@@ -110,10 +150,15 @@ def vxlan_frame(inner_dst: str) -> bytes:
     from scapy.layers.vxlan import VXLAN
 
     six = ":" in inner_dst
-    inner = (IPv6(src="fd00::10", dst=inner_dst) if six else IP(src="10.0.0.10", dst=inner_dst))
+    inner = IPv6(src="fd00::10", dst=inner_dst) if six else IP(src="10.0.0.10", dst=inner_dst)
     inner = inner / TCP(sport=40000, dport=443)
-    outer = (Ether(src=MAC_B, dst=MAC_A) / IP(src=HOST_VTEP, dst=GW_VTEP) /
-             UDP(sport=50000, dport=4789) / VXLAN(vni=VNI) / Ether(src=MAC_B, dst=MAC_A))
+    outer = (
+        Ether(src=MAC_B, dst=MAC_A)
+        / IP(src=HOST_VTEP, dst=GW_VTEP)
+        / UDP(sport=50000, dport=4789)
+        / VXLAN(vni=VNI)
+        / Ether(src=MAC_B, dst=MAC_A)
+    )
     pad = PACKET_BYTES - len(outer / inner)
     return bytes(outer / inner / (b"\0" * pad))
 
@@ -147,8 +192,9 @@ class Loaded:
         return self.maps.reason_stats()[reason][0]
 
 
-def load_gateway(obj_name: str, tables: Tables, routes: RouteArrays | None = None,
-                 hosts: int = 0) -> Loaded:
+def load_gateway(
+    obj_name: str, tables: Tables, routes: RouteArrays | None = None, hosts: int = 0
+) -> Loaded:
     """Load a gateway object and program the bench tables (+ bulk routes, + hosts)."""
     obj = BpfObject.open(BUILD / obj_name)
     maps = GatewayMaps.of(obj)
@@ -156,8 +202,12 @@ def load_gateway(obj_name: str, tables: Tables, routes: RouteArrays | None = Non
     if routes is not None:
         maps.write_route_arrays(routes, fresh=True)
     if hosts:
-        entries = [HostEntry(0, ipaddress.IPv4Address(0x0A000000 + i),
-                             ipaddress.IPv4Address(HOST_VTEP), MAC_B) for i in range(hosts)]
+        entries = [
+            HostEntry(
+                0, ipaddress.IPv4Address(0x0A000000 + i), ipaddress.IPv4Address(HOST_VTEP), MAC_B
+            )
+            for i in range(hosts)
+        ]
         keys, vals = zip(*(encode_host(h) for h in entries))
         maps.maps["hosts"].update_batch(list(keys), list(vals))
     return Loaded(obj, maps, "cz_gateway")
@@ -172,12 +222,25 @@ def _conditions(repeat: int, rounds: int) -> dict:
                 break
     except OSError:
         pass
-    return {"kernel": platform.release(), "cpu": cpu, "packet_bytes": PACKET_BYTES,
-            "mode": "test_run_restore_harness", "repeat": repeat, "rounds": rounds}
+    return {
+        "kernel": platform.release(),
+        "cpu": cpu,
+        "packet_bytes": PACKET_BYTES,
+        "mode": "test_run_restore_harness",
+        "repeat": repeat,
+        "rounds": rounds,
+    }
 
 
-def measure(frame: bytes, floor: Loaded, prog: Loaded,
-            expected: Reason, repeat: int, rounds: int, lpm: Loaded | None = None) -> dict:
+def measure(
+    frame: bytes,
+    floor: Loaded,
+    prog: Loaded,
+    expected: Reason,
+    repeat: int,
+    rounds: int,
+    lpm: Loaded | None = None,
+) -> dict:
     """Interleaved rounds of floor / program / baseline on one frame: medians and checks."""
     f, p, b = [], [], []
     before = prog.count(expected)
@@ -190,8 +253,10 @@ def measure(frame: bytes, floor: Loaded, prog: Loaded,
     ok = prog.count(expected) - before == repeat * rounds
     if lpm is not None:
         ok = ok and lpm.count(expected) - lpm_before == repeat * rounds
-    out = {"ns_per_pkt": round(statistics.median(p), 1),
-           "floor_ns_per_pkt": round(statistics.median(f), 1)}
+    out = {
+        "ns_per_pkt": round(statistics.median(p), 1),
+        "floor_ns_per_pkt": round(statistics.median(f), 1),
+    }
     out["vs_floor"] = round(out["ns_per_pkt"] / out["floor_ns_per_pkt"], 2)
     if lpm is not None:
         out["lpm_trie_ns_per_pkt"] = round(statistics.median(b), 1)
@@ -201,8 +266,13 @@ def measure(frame: bytes, floor: Loaded, prog: Loaded,
     return out
 
 
-def run_bench(routes: int = 1_000_000, hosts: int = 100_000, repeat: int = 1_000_000,
-              rounds: int = 5, emit=print) -> list[dict]:
+def run_bench(
+    routes: int = 1_000_000,
+    hosts: int = 100_000,
+    repeat: int = 1_000_000,
+    rounds: int = 5,
+    emit=print,
+) -> list[dict]:
     """All scenarios; emit(json line) as each finishes. Returns the result objects."""
     results: list[dict] = []
     cond = _conditions(repeat, rounds)
@@ -225,24 +295,34 @@ def run_bench(routes: int = 1_000_000, hosts: int = 100_000, repeat: int = 1_000
         t0 = time.perf_counter()
         n = prog.maps.write_route_arrays(r4, fresh=True)
         secs = time.perf_counter() - t0
-        out({"scenario": "program_routes", "routes": n, "seconds": round(secs, 3),
-             "routes_per_s": round(n / secs)})
+        out(
+            {
+                "scenario": "program_routes",
+                "routes": n,
+                "seconds": round(secs, 3),
+                "routes_per_s": round(n / secs),
+            }
+        )
 
         lpm = load_gateway("bench_gateway_lpm.o", tables, r4)
         row = measure(vxlan_frame(DST4), floor, prog, fwd, repeat, rounds, lpm)
         out({"scenario": "ipv4_decap_1m_routes", "routes": len(r4.plen), **row})
-        row = measure(vxlan_frame(MISS4), floor, prog, Reason.DROP_ROUTE_MISS,
-                      repeat, rounds)
+        row = measure(vxlan_frame(MISS4), floor, prog, Reason.DROP_ROUTE_MISS, repeat, rounds)
         out({"scenario": "miss_drop", "routes": len(r4.plen), **row})
         for o in (prog, lpm):
             o.obj.close()
 
         sp = load_gateway("bench_gateway_spread.o", tables, r4)
         sp_lpm = load_gateway("bench_gateway_lpm_spread.o", tables, r4)
-        row = measure(vxlan_frame("16.0.0.7"), floor, sp, fwd, repeat, rounds,
-                      sp_lpm)
-        out({"scenario": "ipv4_decap_1m_routes_spread", "routes": len(r4.plen),
-             "distinct_destinations": 100_000, **row})
+        row = measure(vxlan_frame("16.0.0.7"), floor, sp, fwd, repeat, rounds, sp_lpm)
+        out(
+            {
+                "scenario": "ipv4_decap_1m_routes_spread",
+                "routes": len(r4.plen),
+                "distinct_destinations": 100_000,
+                **row,
+            }
+        )
         for o in (sp, sp_lpm):
             o.obj.close()
 
@@ -254,8 +334,7 @@ def run_bench(routes: int = 1_000_000, hosts: int = 100_000, repeat: int = 1_000
             o.obj.close()
 
         enc = load_gateway("bench_gateway.o", tables, hosts=hosts)
-        row = measure(reply_frame(hosts // 2), floor, enc, Reason.FWD_TO_COMPUTE,
-                      repeat, rounds)
+        row = measure(reply_frame(hosts // 2), floor, enc, Reason.FWD_TO_COMPUTE, repeat, rounds)
         out({"scenario": "return_encap_100k_hosts", "hosts": hosts, **row})
         enc.obj.close()
         floor.obj.close()
@@ -272,7 +351,14 @@ def bench_fastpath(
     """Per-packet cost of the fast path vs a MAC-swap floor and an LPM-trie baseline (JSON)."""
     if os.geteuid() != 0:
         Console = __import__("rich.console", fromlist=["Console"]).Console
-        Console(stderr=True).print("[red]error:[/red] the benchmark loads BPF programs: run as root")
+        Console(stderr=True).print(
+            "[red]error:[/red] the benchmark loads BPF programs: run as root"
+        )
         raise typer.Exit(2)
-    run_bench(routes, hosts, repeat, rounds, emit=lambda s: (sys.stdout.write(s + "\n"),
-                                                             sys.stdout.flush()))
+    run_bench(
+        routes,
+        hosts,
+        repeat,
+        rounds,
+        emit=lambda s: (sys.stdout.write(s + "\n"), sys.stdout.flush()),
+    )

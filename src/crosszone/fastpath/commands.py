@@ -28,10 +28,14 @@ def run_cmd(
     pcap: Path = typer.Option(..., "--pcap", help="Input pcap of Ethernet frames."),
     out: Path = typer.Option(..., "--out", help="Output pcap: the forwarded frames as rewritten."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per packet."),
-    ingress: str = typer.Option("", "--ingress",
-                                help="Intent interface the frames arrive on (XDP_TX detection)."),
-    model: bool = typer.Option(False, "--model", help="Use the Python reference model instead "
-                               "of the kernel program (no root needed)."),
+    ingress: str = typer.Option(
+        "", "--ingress", help="Intent interface the frames arrive on (XDP_TX detection)."
+    ),
+    model: bool = typer.Option(
+        False,
+        "--model",
+        help="Use the Python reference model instead of the kernel program (no root needed).",
+    ),
 ) -> None:
     """Run every packet of a pcap through the real program with an intent's tables."""
     from crosszone.fastpath.pcap_run import run_pcap
@@ -52,8 +56,14 @@ def run_cmd(
     for col in ("#", "verdict", "reason", "egress", "len", "output"):
         table.add_column(col)
     for r in rows:
-        table.add_row(str(r["index"]), r["verdict"], r["reason"], r["egress"] or "-",
-                      str(r["len"]), r["summary"])
+        table.add_row(
+            str(r["index"]),
+            r["verdict"],
+            r["reason"],
+            r["egress"] or "-",
+            str(r["len"]),
+            r["summary"],
+        )
     console.print(table)
     console.print(f"forwarded frames written to {out}")
 

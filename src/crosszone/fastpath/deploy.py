@@ -55,8 +55,11 @@ def _veth_peer(ifindex: int, home_ns: str | None) -> Attachment | None:
     """The veth peer of ifindex, searched in the root and every named namespace."""
     with in_netns(home_ns), IPRoute() as ipr:
         link = ipr.get_links(ifindex)[0]
-        kind = (link.get_attr("IFLA_LINKINFO") or {}).get_attr("IFLA_INFO_KIND") if link.get_attr(
-            "IFLA_LINKINFO") else None
+        kind = (
+            (link.get_attr("IFLA_LINKINFO") or {}).get_attr("IFLA_INFO_KIND")
+            if link.get_attr("IFLA_LINKINFO")
+            else None
+        )
         peer_index = link.get_attr("IFLA_LINK")
     if kind != "veth" or not peer_index:
         return None
@@ -75,8 +78,12 @@ def _veth_peer(ifindex: int, home_ns: str | None) -> Attachment | None:
     return None
 
 
-def attach(intent_path: str | Path, pin_dir: str | Path, netns: str | None = None,
-           obj_path: str | Path | None = None) -> Tables:
+def attach(
+    intent_path: str | Path,
+    pin_dir: str | Path,
+    netns: str | None = None,
+    obj_path: str | Path | None = None,
+) -> Tables:
     """Load, program, attach and pin the gateway for an intent; returns the bound tables."""
     pin = Path(pin_dir)
     tables = compile_intent(load_intent(intent_path).intent)
@@ -134,7 +141,7 @@ def detach(pin_dir: str | Path) -> int:
     if pin.exists():
         shutil.rmtree(pin, ignore_errors=True)
         # bpffs refuses rmtree's directory listing order sometimes; remove what is left.
-        for root, dirs, files in os.walk(pin, topdown=False):
+        for root, _dirs, files in os.walk(pin, topdown=False):
             for f in files:
                 os.unlink(os.path.join(root, f))
             os.rmdir(root)

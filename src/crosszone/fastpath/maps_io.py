@@ -15,7 +15,16 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from crosszone.compile.tables import Group, HostEntry, Nexthop, Port, Route, StorageFacing, Tables, Vpc
+from crosszone.compile.tables import (
+    Group,
+    HostEntry,
+    Nexthop,
+    Port,
+    Route,
+    StorageFacing,
+    Tables,
+    Vpc,
+)
 from crosszone.fastpath import bloom
 from crosszone.fastpath import layout as L
 from crosszone.fastpath.libbpf import BpfMap, BpfObject
@@ -146,8 +155,9 @@ class GatewayMaps:
         """The maps of a loaded object."""
         return cls(obj.maps)
 
-    def write(self, t: Tables, devmap_ifindex: Callable[[Port], int] | None = None,
-              fresh: bool = False) -> None:
+    def write(
+        self, t: Tables, devmap_ifindex: Callable[[Port], int] | None = None, fresh: bool = False
+    ) -> None:
         """Program every table (fresh=True: the maps are new and empty), make-before-break.
 
         devmap_ifindex gives the device a port's devmap slot points at; by default the port's own
@@ -176,8 +186,9 @@ class GatewayMaps:
         if t.vteps:
             vpc_of = {v.vni: v.vpc_id for v in t.vpcs}
             pairs = sorted(t.vteps)
-            m["vtep_allowed"].update_batch([encode_vtep(vni, ip) for vni, ip in pairs],
-                                           [_u32(vpc_of[vni]) for vni, _ in pairs])
+            m["vtep_allowed"].update_batch(
+                [encode_vtep(vni, ip) for vni, ip in pairs], [_u32(vpc_of[vni]) for vni, _ in pairs]
+            )
         m["config"].update(_u32(0), encode_config(t))
 
     def write_routes(self, routes: tuple[Route, ...] | list[Route], fresh: bool = False) -> None:
@@ -189,7 +200,7 @@ class GatewayMaps:
             arr = RouteArrays.of(sel)
             self.write_route_arrays(arr, fresh=fresh)
 
-    def write_route_arrays(self, arr: "RouteArrays", fresh: bool = False) -> int:
+    def write_route_arrays(self, arr: RouteArrays, fresh: bool = False) -> int:
         """Batch-write routes given as arrays (the bulk path: 1M routes in about a second).
 
         Their Bloom bits are set first, so a route is never in the table but hidden by the
@@ -205,11 +216,15 @@ class GatewayMaps:
         idx, bits = bloom.words(hashes)
         if not fresh:
             m = self.maps["route_bloom"]
-            old = np.fromiter((int.from_bytes(m.lookup(_u32(int(i))) or bytes(8), "little")
-                               for i in idx), np.uint64, len(idx))
+            old = np.fromiter(
+                (int.from_bytes(m.lookup(_u32(int(i))) or bytes(8), "little") for i in idx),
+                np.uint64,
+                len(idx),
+            )
             bits = bits | old
-        self.maps["route_bloom"].update_batch(idx.astype("<u4").tobytes(),
-                                              bits.astype("<u8").tobytes())
+        self.maps["route_bloom"].update_batch(
+            idx.astype("<u4").tobytes(), bits.astype("<u8").tobytes()
+        )
 
     def set_flags(self, t: Tables, flags: int) -> None:
         """Rewrite the config entry with other flags (e.g. CZ_CFG_TRACE)."""
@@ -258,13 +273,13 @@ class RouteArrays:
     family: int
     vpc_id: np.ndarray
     plen: np.ndarray
-    addr: np.ndarray                # IPv4: uint32; IPv6: uint64 high half
-    addr_lo: np.ndarray | None      # IPv6 low half
+    addr: np.ndarray  # IPv4: uint32; IPv6: uint64 high half
+    addr_lo: np.ndarray | None  # IPv6 low half
     action: np.ndarray
     group: np.ndarray
 
     @classmethod
-    def of(cls, routes: list[Route]) -> "RouteArrays":
+    def of(cls, routes: list[Route]) -> RouteArrays:
         """Arrays from Route objects of one family."""
         fam = routes[0].prefix.version
         n = len(routes)
@@ -274,10 +289,15 @@ class RouteArrays:
         else:
             hi = np.fromiter((a >> 64 for a in ints), np.uint64, n)
             lo = np.fromiter((a & 0xFFFFFFFFFFFFFFFF for a in ints), np.uint64, n)
-        return cls(fam, np.fromiter((r.vpc_id for r in routes), np.uint32, n),
-                   np.fromiter((r.prefix.prefixlen for r in routes), np.uint32, n), hi, lo,
-                   np.fromiter((r.action for r in routes), np.uint32, n),
-                   np.fromiter((r.group for r in routes), np.uint32, n))
+        return cls(
+            fam,
+            np.fromiter((r.vpc_id for r in routes), np.uint32, n),
+            np.fromiter((r.prefix.prefixlen for r in routes), np.uint32, n),
+            hi,
+            lo,
+            np.fromiter((r.action for r in routes), np.uint32, n),
+            np.fromiter((r.group for r in routes), np.uint32, n),
+        )
 
     def encode(self, lpm: bool) -> tuple[bytes, bytes]:
         """(keys, values) as contiguous buffers in the C layouts."""

@@ -22,7 +22,7 @@ IPPROTO_TCP = 6
 IPPROTO_UDP = 17
 IPPROTO_ICMPV6 = 58
 IPV6_EXTHDRS = frozenset({0, 43, 44, 50, 51, 60, 135, 139, 140, 253, 254})
-OUTER_L4 = 20 + 8 + 8          # outer IPv4 + UDP + VXLAN (CZ_OUTER_L4)
+OUTER_L4 = 20 + 8 + 8  # outer IPv4 + UDP + VXLAN (CZ_OUTER_L4)
 ENCAP_HLEN = 14 + OUTER_L4 + 14  # CZ_ENCAP_HLEN
 M32 = 0xFFFFFFFF
 
@@ -46,7 +46,7 @@ def _fold(s: int) -> int:
 
 
 def _words(b: bytes) -> list[int]:
-    return [int.from_bytes(b[i:i + 2], "big") for i in range(0, len(b), 2)]
+    return [int.from_bytes(b[i : i + 2], "big") for i in range(0, len(b), 2)]
 
 
 def csum_replace(check: int, old: bytes, new: bytes) -> int:
@@ -90,7 +90,7 @@ def flow_hash(src: bytes, dst: bytes, ports: bytes, proto: int) -> int:
     h = 0x63727A31
     for b in (src, dst):
         for i in range(0, len(b), 4):
-            h = _mix(h, int.from_bytes(b[i:i + 4], "little"))
+            h = _mix(h, int.from_bytes(b[i : i + 4], "little"))
     h = _mix(h, int.from_bytes(ports, "little"))
     h = _mix(h, proto)
     return _fmix(h ^ (16 if len(src) == 4 else 40))
@@ -127,7 +127,7 @@ def _route(idx: _Index, vpc: Vpc, dst: bytes) -> Route | None:
     """cz_route4/cz_route6: one exact lookup per prefix length in use, longest first."""
     bits = len(dst) * 8
     addr = int.from_bytes(dst, "big")
-    for plen in (vpc.plens4 if bits == 32 else vpc.plens6):
+    for plen in vpc.plens4 if bits == 32 else vpc.plens6:
         masked = addr & (((1 << plen) - 1) << (bits - plen)) if plen else 0
         r = idx.routes.get((vpc.vpc_id, 4 if bits == 32 else 6, plen, masked))
         if r is not None:
@@ -149,7 +149,9 @@ def _ecmp(idx: _Index, group: int, h: int) -> tuple[Nexthop, Port] | None:
     return nh, port
 
 
-def _translate(addr: bytes, mask_net: ipaddress._BaseNetwork, into: ipaddress._BaseNetwork) -> bytes:
+def _translate(
+    addr: bytes, mask_net: ipaddress._BaseNetwork, into: ipaddress._BaseNetwork
+) -> bytes:
     """(addr & ~mask) | into.prefix, for a prefix of the same length."""
     bits = len(addr) * 8
     host = int.from_bytes(addr, "big") & ((1 << (bits - mask_net.prefixlen)) - 1)
@@ -157,16 +159,18 @@ def _translate(addr: bytes, mask_net: ipaddress._BaseNetwork, into: ipaddress._B
 
 
 # -- l4.h --------------------------------------------------------------------------------------
-def _l4(pkt: bytearray, off: int, proto: int, avail: int, ipv6: bool) -> tuple[int | None, bytes, bool] | None:
+def _l4(
+    pkt: bytearray, off: int, proto: int, avail: int, ipv6: bool
+) -> tuple[int | None, bytes, bool] | None:
     """cz_l4_parse: (checksum offset or None, port bytes, udp) or None when truncated."""
     if proto == IPPROTO_TCP:
         if avail < 20 or off + 20 > len(pkt):
             return None
-        return off + 16, bytes(pkt[off:off + 4]), False
+        return off + 16, bytes(pkt[off : off + 4]), False
     if proto == IPPROTO_UDP:
         if avail < 8 or off + 8 > len(pkt):
             return None
-        return off + 6, bytes(pkt[off:off + 4]), True
+        return off + 6, bytes(pkt[off : off + 4]), True
     if ipv6 and proto == IPPROTO_ICMPV6:
         if avail < 4 or off + 4 > len(pkt):
             return None
@@ -179,13 +183,13 @@ def _l4_fix(pkt: bytearray, l4: tuple[int | None, bytes, bool], old: bytes, new:
     off, _, udp = l4
     if off is None:
         return
-    c = int.from_bytes(pkt[off:off + 2], "big")
+    c = int.from_bytes(pkt[off : off + 2], "big")
     if udp and c == 0:
         return
     c = csum_replace(c, old, new)
     if udp and c == 0:
         c = 0xFFFF
-    pkt[off:off + 2] = c.to_bytes(2, "big")
+    pkt[off : off + 2] = c.to_bytes(2, "big")
 
 
 class _Verdict(Exception):
@@ -232,14 +236,14 @@ def _inner4(p: _Packet, vpc: Vpc, off: int, avail: int) -> _Verdict:
         raise _drop(Reason.DROP_INNER_MALFORMED)
     if ihl > 5:
         raise _pass(Reason.PASS_IPV4_OPTIONS)
-    tot = int.from_bytes(pkt[off + 2:off + 4], "big")
+    tot = int.from_bytes(pkt[off + 2 : off + 4], "big")
     if tot < 20 or tot > avail:
         raise _drop(Reason.DROP_INNER_MALFORMED)
-    if int.from_bytes(pkt[off + 6:off + 8], "big") & 0x3FFF:
+    if int.from_bytes(pkt[off + 6 : off + 8], "big") & 0x3FFF:
         raise _pass(Reason.PASS_IPV4_FRAGMENT)
     if pkt[off + 8] <= 1:
         raise _pass(Reason.PASS_TTL_EXCEEDED)
-    src, dst = bytes(pkt[off + 12:off + 16]), bytes(pkt[off + 16:off + 20])
+    src, dst = bytes(pkt[off + 12 : off + 16]), bytes(pkt[off + 16 : off + 20])
     if vpc.prefix4 is None or ipaddress.IPv4Address(src) not in vpc.prefix4:
         raise _drop(Reason.DROP_SRC_NOT_IN_VPC)
     proto = pkt[off + 9]
@@ -257,17 +261,17 @@ def _inner4(p: _Packet, vpc: Vpc, off: int, avail: int) -> _Verdict:
     if picked is None:
         raise _drop(Reason.DROP_NO_NEXTHOP)
     nh, port = picked
-    check = int.from_bytes(pkt[off + 10:off + 12], "big")
+    check = int.from_bytes(pkt[off + 10 : off + 12], "big")
     if not vpc.identity:
         assert vpc.sf4 is not None
         new = _translate(src, vpc.prefix4, vpc.sf4)
         _l4_fix(pkt, l4, src, new)
         check = csum_replace(check, src, new)
-        pkt[off + 12:off + 16] = new
-    old = bytes(pkt[off + 8:off + 10])
+        pkt[off + 12 : off + 16] = new
+    old = bytes(pkt[off + 8 : off + 10])
     pkt[off + 8] -= 1
-    check = csum_replace(check, old, bytes(pkt[off + 8:off + 10]))
-    pkt[off + 10:off + 12] = check.to_bytes(2, "big")
+    check = csum_replace(check, old, bytes(pkt[off + 8 : off + 10]))
+    pkt[off + 10 : off + 12] = check.to_bytes(2, "big")
     return _decap(p, off - 14, nh, port)
 
 
@@ -277,7 +281,7 @@ def _inner6(p: _Packet, vpc: Vpc, off: int, avail: int) -> _Verdict:
         raise _drop(Reason.DROP_INNER_MALFORMED)
     if pkt[off] >> 4 != 6:
         raise _drop(Reason.DROP_INNER_MALFORMED)
-    plen = int.from_bytes(pkt[off + 4:off + 6], "big")
+    plen = int.from_bytes(pkt[off + 4 : off + 6], "big")
     if plen + 40 > avail:
         raise _drop(Reason.DROP_INNER_MALFORMED)
     nexthdr = pkt[off + 6]
@@ -285,7 +289,7 @@ def _inner6(p: _Packet, vpc: Vpc, off: int, avail: int) -> _Verdict:
         raise _pass(Reason.PASS_IPV6_EXTHDR)
     if pkt[off + 7] <= 1:
         raise _pass(Reason.PASS_TTL_EXCEEDED)
-    src, dst = bytes(pkt[off + 8:off + 24]), bytes(pkt[off + 24:off + 40])
+    src, dst = bytes(pkt[off + 8 : off + 24]), bytes(pkt[off + 24 : off + 40])
     if vpc.prefix6 is None or ipaddress.IPv6Address(src) not in vpc.prefix6:
         raise _drop(Reason.DROP_SRC_NOT_IN_VPC)
     l4 = _l4(pkt, off + 40, nexthdr, plen, True)
@@ -306,7 +310,7 @@ def _inner6(p: _Packet, vpc: Vpc, off: int, avail: int) -> _Verdict:
         assert vpc.sf6 is not None
         new = _translate(src, vpc.prefix6, vpc.sf6)
         _l4_fix(pkt, l4, src, new)
-        pkt[off + 8:off + 24] = new
+        pkt[off + 8 : off + 24] = new
     pkt[off + 7] -= 1
     return _decap(p, off - 14, nh, port)
 
@@ -326,31 +330,35 @@ def _from_compute(p: _Packet, l3: int) -> _Verdict:
         raise _pass(Reason.PASS_OUTER_MALFORMED)
     if pkt[l3 + 9] != IPPROTO_UDP:
         raise _pass(Reason.PASS_TO_GATEWAY)
-    if int.from_bytes(pkt[l3 + 6:l3 + 8], "big") & 0x3FFF:
+    if int.from_bytes(pkt[l3 + 6 : l3 + 8], "big") & 0x3FFF:
         raise _pass(Reason.PASS_OUTER_FRAGMENT)
     if ihl > 5:
         raise _pass(Reason.PASS_OUTER_OPTIONS)
     udp = l3 + 20
     if udp + 8 > n:
         raise _pass(Reason.PASS_OUTER_MALFORMED)
-    if int.from_bytes(pkt[udp + 2:udp + 4], "big") != layout.CZ_VXLAN_PORT:
+    if int.from_bytes(pkt[udp + 2 : udp + 4], "big") != layout.CZ_VXLAN_PORT:
         raise _pass(Reason.PASS_TO_GATEWAY)
-    tot = int.from_bytes(pkt[l3 + 2:l3 + 4], "big")
-    if tot < OUTER_L4 + 14 or tot > n - l3 or int.from_bytes(pkt[udp + 4:udp + 6], "big") != tot - 20:
+    tot = int.from_bytes(pkt[l3 + 2 : l3 + 4], "big")
+    if (
+        tot < OUTER_L4 + 14
+        or tot > n - l3
+        or int.from_bytes(pkt[udp + 4 : udp + 6], "big") != tot - 20
+    ):
         raise _drop(Reason.DROP_VXLAN_MALFORMED)
     vx = udp + 8
     if vx + 8 + 14 > n:
         raise _drop(Reason.DROP_VXLAN_MALFORMED)
     if not pkt[vx] & 0x08:
         raise _drop(Reason.DROP_VXLAN_FLAGS)
-    vni = int.from_bytes(pkt[vx + 4:vx + 7], "big")
+    vni = int.from_bytes(pkt[vx + 4 : vx + 7], "big")
     vpc = p.idx.vpc_by_vni.get(vni)
     if vpc is None:
         raise _drop(Reason.DROP_UNKNOWN_VNI)
     p.vpc_id = vpc.vpc_id
-    if (vni, bytes(pkt[l3 + 12:l3 + 16])) not in p.idx.vteps:
+    if (vni, bytes(pkt[l3 + 12 : l3 + 16])) not in p.idx.vteps:
         raise _drop(Reason.DROP_VTEP_NOT_ALLOWED)
-    itype = int.from_bytes(pkt[vx + 20:vx + 22], "big")
+    itype = int.from_bytes(pkt[vx + 20 : vx + 22], "big")
     inner, avail = l3 + OUTER_L4 + 14, tot - OUTER_L4 - 14
     if itype == ETH_P_IP:
         return _inner4(p, vpc, inner, avail)
@@ -360,13 +368,34 @@ def _from_compute(p: _Packet, l3: int) -> _Verdict:
 
 
 # -- to_compute.h ------------------------------------------------------------------------------
-def _encap(p: _Packet, l3: int, sf: StorageFacing, host: HostEntry, port: Port, h: int,
-           inner_type: int, tos: int) -> _Verdict:
+def _encap(
+    p: _Packet,
+    l3: int,
+    sf: StorageFacing,
+    host: HostEntry,
+    port: Port,
+    h: int,
+    inner_type: int,
+    tos: int,
+) -> _Verdict:
     """cz_encap + cz_send."""
     inner = bytes(p.pkt[l3:])
     tot = OUTER_L4 + 14 + len(inner)
-    ip = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, tos, tot, 0, 0x4000, layout.CZ_OUTER_TTL,
-                               IPPROTO_UDP, 0, p.t.vtep.packed, host.vtep.packed))
+    ip = bytearray(
+        struct.pack(
+            "!BBHHHBBH4s4s",
+            0x45,
+            tos,
+            tot,
+            0,
+            0x4000,
+            layout.CZ_OUTER_TTL,
+            IPPROTO_UDP,
+            0,
+            p.t.vtep.packed,
+            host.vtep.packed,
+        )
+    )
     ip[10:12] = ipv4_csum(bytes(ip)).to_bytes(2, "big")
     sport = layout.CZ_SPORT_BASE | (h & layout.CZ_SPORT_MASK)
     udp = struct.pack("!HHHH", sport, layout.CZ_VXLAN_PORT, tot - 20, 0)
@@ -392,10 +421,10 @@ def _reply4(p: _Packet, sf: StorageFacing, l3: int) -> _Verdict:
         raise _drop(Reason.DROP_INNER_MALFORMED)
     if ihl > 5:
         raise _pass(Reason.PASS_IPV4_OPTIONS)
-    tot = int.from_bytes(pkt[l3 + 2:l3 + 4], "big")
+    tot = int.from_bytes(pkt[l3 + 2 : l3 + 4], "big")
     if tot < 20 or tot > n - l3:
         raise _drop(Reason.DROP_INNER_MALFORMED)
-    if int.from_bytes(pkt[l3 + 6:l3 + 8], "big") & 0x3FFF:
+    if int.from_bytes(pkt[l3 + 6 : l3 + 8], "big") & 0x3FFF:
         raise _pass(Reason.PASS_IPV4_FRAGMENT)
     if pkt[l3 + 8] <= 1:
         raise _pass(Reason.PASS_TTL_EXCEEDED)
@@ -403,22 +432,22 @@ def _reply4(p: _Packet, sf: StorageFacing, l3: int) -> _Verdict:
     l4 = _l4(pkt, l3 + 20, proto, tot - 20, False)
     if l4 is None:
         raise _drop(Reason.DROP_INNER_MALFORMED)
-    src, dst = bytes(pkt[l3 + 12:l3 + 16]), bytes(pkt[l3 + 16:l3 + 20])
+    src, dst = bytes(pkt[l3 + 12 : l3 + 16]), bytes(pkt[l3 + 16 : l3 + 20])
     new = _translate(dst, sf.prefix, sf.vpc_prefix)
     host = p.idx.hosts.get((sf.vpc_id, 4, int.from_bytes(new, "big")))
     if host is None:
         raise _drop(Reason.DROP_HOST_UNKNOWN)
     port = _compute_port(p)
     h = flow_hash(src, dst, l4[1], proto)
-    check = int.from_bytes(pkt[l3 + 10:l3 + 12], "big")
+    check = int.from_bytes(pkt[l3 + 10 : l3 + 12], "big")
     if not sf.identity:
         _l4_fix(pkt, l4, dst, new)
         check = csum_replace(check, dst, new)
-        pkt[l3 + 16:l3 + 20] = new
-    old = bytes(pkt[l3 + 8:l3 + 10])
+        pkt[l3 + 16 : l3 + 20] = new
+    old = bytes(pkt[l3 + 8 : l3 + 10])
     pkt[l3 + 8] -= 1
-    check = csum_replace(check, old, bytes(pkt[l3 + 8:l3 + 10]))
-    pkt[l3 + 10:l3 + 12] = check.to_bytes(2, "big")
+    check = csum_replace(check, old, bytes(pkt[l3 + 8 : l3 + 10]))
+    pkt[l3 + 10 : l3 + 12] = check.to_bytes(2, "big")
     return _encap(p, l3, sf, host, port, h, ETH_P_IP, pkt[l3 + 1])
 
 
@@ -427,7 +456,7 @@ def _reply6(p: _Packet, sf: StorageFacing, l3: int) -> _Verdict:
     p.vpc_id = sf.vpc_id
     if pkt[l3] >> 4 != 6:
         raise _drop(Reason.DROP_INNER_MALFORMED)
-    plen = int.from_bytes(pkt[l3 + 4:l3 + 6], "big")
+    plen = int.from_bytes(pkt[l3 + 4 : l3 + 6], "big")
     if plen + 40 > n - l3:
         raise _drop(Reason.DROP_INNER_MALFORMED)
     nexthdr = pkt[l3 + 6]
@@ -438,7 +467,7 @@ def _reply6(p: _Packet, sf: StorageFacing, l3: int) -> _Verdict:
     l4 = _l4(pkt, l3 + 40, nexthdr, plen, True)
     if l4 is None:
         raise _drop(Reason.DROP_INNER_MALFORMED)
-    src, dst = bytes(pkt[l3 + 8:l3 + 24]), bytes(pkt[l3 + 24:l3 + 40])
+    src, dst = bytes(pkt[l3 + 8 : l3 + 24]), bytes(pkt[l3 + 24 : l3 + 40])
     new = _translate(dst, sf.prefix, sf.vpc_prefix)
     host = p.idx.hosts.get((sf.vpc_id, 6, int.from_bytes(new, "big")))
     if host is None:
@@ -448,7 +477,7 @@ def _reply6(p: _Packet, sf: StorageFacing, l3: int) -> _Verdict:
     h = flow_hash(src, dst, l4[1], nexthdr)
     if not sf.identity:
         _l4_fix(pkt, l4, dst, new)
-        pkt[l3 + 24:l3 + 40] = new
+        pkt[l3 + 24 : l3 + 40] = new
     pkt[l3 + 7] -= 1
     return _encap(p, l3, sf, host, port, h, ETH_P_IPV6, tc)
 
@@ -474,7 +503,7 @@ def _classify(p: _Packet) -> _Verdict:
     if proto == ETH_P_IP:
         if l3 + 20 > n:
             raise _pass(Reason.PASS_OUTER_MALFORMED)
-        dst = bytes(pkt[l3 + 16:l3 + 20])
+        dst = bytes(pkt[l3 + 16 : l3 + 20])
         if int(p.t.vtep) and dst == p.t.vtep.packed:
             return _from_compute(p, l3)
         sf = _storage_facing(p, dst)
@@ -484,7 +513,7 @@ def _classify(p: _Packet) -> _Verdict:
     if proto == ETH_P_IPV6:
         if l3 + 40 > n:
             raise _pass(Reason.PASS_OUTER_MALFORMED)
-        sf = _storage_facing(p, bytes(pkt[l3 + 24:l3 + 40]))
+        sf = _storage_facing(p, bytes(pkt[l3 + 24 : l3 + 40]))
         if sf is not None:
             return _reply6(p, sf, l3)
         raise _pass(Reason.PASS_NOT_OURS)

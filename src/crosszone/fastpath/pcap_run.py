@@ -32,15 +32,23 @@ def summary(data: bytes) -> str:
         eth = Ether(data)
         if VXLAN in eth:
             inner = eth[VXLAN].payload
-            return (f"VXLAN {eth[IP].src} > {eth[IP].dst} vni {eth[VXLAN].vni} "
-                    f"sport {eth[UDP].sport} | {_ip_text(inner)}")
+            return (
+                f"VXLAN {eth[IP].src} > {eth[IP].dst} vni {eth[VXLAN].vni} "
+                f"sport {eth[UDP].sport} | {_ip_text(inner)}"
+            )
         return f"to {eth.dst}: {_ip_text(eth)}"
-    except Exception:  # noqa: BLE001 - scapy raises many types on garbage; show the bytes
+    except Exception:
         return data[:16].hex()
 
 
-def run_pcap(intent: str | Path, pcap: str | Path, out: str | Path, *, ingress: str | None = None,
-             use_model: bool = False) -> list[dict]:
+def run_pcap(
+    intent: str | Path,
+    pcap: str | Path,
+    out: str | Path,
+    *,
+    ingress: str | None = None,
+    use_model: bool = False,
+) -> list[dict]:
     """Run each frame; write forwarded frames to out; return one row per input frame."""
     from scapy.utils import PcapReader, PcapWriter
 
@@ -72,21 +80,26 @@ def run_pcap(intent: str | Path, pcap: str | Path, out: str | Path, *, ingress: 
         with reader:
             for i, pkt in enumerate(reader):
                 frame = bytes(pkt)
-                res = (ref.process(frame, bound, LOOPBACK_IFINDEX) if runner is None
-                       else runner.run(frame))
+                res = (
+                    ref.process(frame, bound, LOOPBACK_IFINDEX)
+                    if runner is None
+                    else runner.run(frame)
+                )
                 fwd = res.port is not None
                 if fwd:
                     # The input's timestamp: an output pcap lines up with its input.
                     t = float(pkt.time)
                     writer.write_packet(res.data, sec=int(t), usec=int((t % 1) * 1e6))
-                rows.append({
-                    "index": i,
-                    "verdict": res.action.label,
-                    "reason": res.reason.label,
-                    "egress": port_names.get(res.port) if fwd else None,
-                    "len": len(res.data) if fwd else len(frame),
-                    "summary": summary(res.data if fwd else frame),
-                })
+                rows.append(
+                    {
+                        "index": i,
+                        "verdict": res.action.label,
+                        "reason": res.reason.label,
+                        "egress": port_names.get(res.port) if fwd else None,
+                        "len": len(res.data) if fwd else len(frame),
+                        "summary": summary(res.data if fwd else frame),
+                    }
+                )
     finally:
         writer.close()
         if runner is not None:

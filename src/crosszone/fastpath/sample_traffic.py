@@ -16,15 +16,24 @@ STORAGE_GW_MAC, STORAGE_NH = "02:00:00:00:20:01", "02:00:00:00:30:01"
 
 
 def _vxlan(inner: Packet, vni: int = 1001, vtep: str = "10.1.0.1") -> Packet:
-    return (Ether(src=HOST_NH, dst=GW_MAC) / IP(src=vtep, dst="10.0.0.100") /
-            UDP(sport=50123, dport=4789) / VXLAN(vni=vni) /
-            Ether(src="02:00:00:01:00:01", dst="02:00:00:00:aa:01") / inner)
+    return (
+        Ether(src=HOST_NH, dst=GW_MAC)
+        / IP(src=vtep, dst="10.0.0.100")
+        / UDP(sport=50123, dport=4789)
+        / VXLAN(vni=vni)
+        / Ether(src="02:00:00:01:00:01", dst="02:00:00:00:aa:01")
+        / inner
+    )
 
 
 def _reply(dst: str, src: str = "172.16.5.5", size: int = 64) -> Packet:
     ip = IPv6(src=src, dst=dst) if ":" in dst else IP(src=src, dst=dst)
-    return Ether(src=STORAGE_NH, dst=STORAGE_GW_MAC) / ip / TCP(sport=443, dport=40000,
-                                                                 flags="A") / Raw(b"d" * size)
+    return (
+        Ether(src=STORAGE_NH, dst=STORAGE_GW_MAC)
+        / ip
+        / TCP(sport=443, dport=40000, flags="A")
+        / Raw(b"d" * size)
+    )
 
 
 def sample_frames() -> list[tuple[str, Packet]]:
@@ -32,22 +41,32 @@ def sample_frames() -> list[tuple[str, Packet]]:
     tcp = TCP(sport=40000, dport=443, flags="S")
     return [
         ("tenant A reads a dataset shard", _vxlan(IP(src="192.168.1.10", dst="172.16.5.5") / tcp)),
-        ("tenant B, same inner address, other VNI",
-         _vxlan(IP(src="192.168.1.10", dst="172.17.0.9") / tcp, vni=1002)),
+        (
+            "tenant B, same inner address, other VNI",
+            _vxlan(IP(src="192.168.1.10", dst="172.17.0.9") / tcp, vni=1002),
+        ),
         ("tenant A over IPv6", _vxlan(IPv6(src="fd00:a::10", dst="fd10::5") / tcp)),
         ("storage replies to tenant A", _reply("100.64.1.10", size=1400)),
         ("storage replies to tenant B", _reply("100.65.1.10", size=1400)),
         ("storage replies over IPv6", _reply("fd64:a::10", src="fd10::5")),
-        ("9000-byte jumbo frame", _vxlan(IP(src="192.168.1.10", dst="172.16.5.5") / tcp /
-                                         Raw(b"j" * 8910))),
+        (
+            "9000-byte jumbo frame",
+            _vxlan(IP(src="192.168.1.10", dst="172.16.5.5") / tcp / Raw(b"j" * 8910)),
+        ),
         ("blackholed prefix", _vxlan(IP(src="192.168.1.10", dst="172.16.99.1") / tcp)),
         ("slow-path prefix", _vxlan(IP(src="192.168.1.10", dst="172.16.98.1") / tcp)),
         ("spoofed VTEP", _vxlan(IP(src="192.168.1.10", dst="172.16.5.5") / tcp, vtep="10.1.0.99")),
         ("unknown VNI", _vxlan(IP(src="192.168.1.10", dst="172.16.5.5") / tcp, vni=777)),
-        ("TTL 1 (traceroute)", _vxlan(IP(src="192.168.1.10", dst="172.16.5.5", ttl=1) /
-                                      UDP(dport=33434))),
-        ("BGP to the gateway", Ether(dst=GW_MAC) / IP(src="10.1.0.254", dst="10.0.0.100") /
-         TCP(sport=40000, dport=179)),
+        (
+            "TTL 1 (traceroute)",
+            _vxlan(IP(src="192.168.1.10", dst="172.16.5.5", ttl=1) / UDP(dport=33434)),
+        ),
+        (
+            "BGP to the gateway",
+            Ether(dst=GW_MAC)
+            / IP(src="10.1.0.254", dst="10.0.0.100")
+            / TCP(sport=40000, dport=179),
+        ),
         ("ARP", Ether(dst="ff:ff:ff:ff:ff:ff") / ARP(pdst="10.0.0.100")),
     ]
 

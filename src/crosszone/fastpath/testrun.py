@@ -42,9 +42,14 @@ class TestRunner:
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, tables: Tables, obj_path: str | Path | None = None, *,
-                 ifindex_of: Callable[[str], int] | None = None,
-                 ingress_ifindex: int = LOOPBACK_IFINDEX) -> None:
+    def __init__(
+        self,
+        tables: Tables,
+        obj_path: str | Path | None = None,
+        *,
+        ifindex_of: Callable[[str], int] | None = None,
+        ingress_ifindex: int = LOOPBACK_IFINDEX,
+    ) -> None:
         self.tables = bind_ports(tables, ifindex_of or test_ifindexes(tables))
         self.obj = BpfObject.open(obj_path or default_object())
         self.maps = GatewayMaps.of(self.obj)
@@ -69,8 +74,13 @@ class TestRunner:
             raise RuntimeError("the program left no trace record: was it run on another CPU?")
         action = XdpAction(res.retval)
         forwarded = action in (XdpAction.TX, XdpAction.REDIRECT)
-        return Result(action, Reason(tr.reason), tr.port if forwarded else None,
-                      None if tr.vpc_id == layout.CZ_NO_VPC else tr.vpc_id, res.data_out)
+        return Result(
+            action,
+            Reason(tr.reason),
+            tr.port if forwarded else None,
+            None if tr.vpc_id == layout.CZ_NO_VPC else tr.vpc_id,
+            res.data_out,
+        )
 
     def port_name(self, index: int | None) -> str | None:
         """Interface name of a port index."""

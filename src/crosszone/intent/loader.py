@@ -46,29 +46,31 @@ def parse_intent(text: str, path: str | None = None) -> Intent:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
-        raise InvalidIntentError(f"not valid YAML: {getattr(exc, 'problem', exc)}", path=path,
-                                 line=line) from None
+        raise InvalidIntentError(
+            f"not valid YAML: {getattr(exc, 'problem', exc)}", path=path, line=line
+        ) from None
     except RecursionError:
         raise InvalidIntentError("YAML nested too deeply", path=path) from None
     if not isinstance(data, dict):
-        raise InvalidIntentError("the document must be a mapping with version, gateway, vpcs",
-                                 path=path, line=1)
+        raise InvalidIntentError(
+            "the document must be a mapping with version, gateway, vpcs", path=path, line=1
+        )
     try:
         intent = Intent.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-        # Union members show up as extra loc parts; keep the document path only.
-        loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in (
-            "list[function-before[_network(), union[IPv4Network,IPv6Network]]]",
-        ))))
+        # Union and validator members show up as extra loc parts ("list[...]", "union[...]");
+        # keep the document path only.
+        loc = tuple(p for p in loc if not (isinstance(p, str) and "[" in p))
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = f"unknown key {loc[-1]!r}"
         elif err["type"] == "missing":
             msg = f"missing required key {loc[-1]!r}"
-        raise InvalidIntentError(msg, path=path, line=_line_of(root, loc),
-                                 where=format_loc(loc)) from None
+        raise InvalidIntentError(
+            msg, path=path, line=_line_of(root, loc), where=format_loc(loc)
+        ) from None
     try:
         check(intent)
     except IntentProblem as problem:
@@ -76,7 +78,7 @@ def parse_intent(text: str, path: str | None = None) -> Intent:
     return intent
 
 
-def load_intent(path: str | Path) -> "LoadedIntent":
+def load_intent(path: str | Path) -> LoadedIntent:
     """Read and validate an intent file."""
     p = Path(path)
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
@@ -50,12 +50,8 @@ def _ipv4(value: object) -> ipaddress.IPv4Address:
 
 
 Mac = Annotated[str, BeforeValidator(_mac)]
-Network = Annotated[
-    Union[ipaddress.IPv4Network, ipaddress.IPv6Network], BeforeValidator(_network)
-]
-Address = Annotated[
-    Union[ipaddress.IPv4Address, ipaddress.IPv6Address], BeforeValidator(_address)
-]
+Network = Annotated[ipaddress.IPv4Network | ipaddress.IPv6Network, BeforeValidator(_network)]
+Address = Annotated[ipaddress.IPv4Address | ipaddress.IPv6Address, BeforeValidator(_address)]
 IPv4 = Annotated[ipaddress.IPv4Address, BeforeValidator(_ipv4)]
 
 

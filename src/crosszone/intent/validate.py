@@ -51,7 +51,7 @@ def vpc_routes(intent: Intent, vpc: Vpc) -> list[tuple[Any, str, str | None, Loc
     pools = {p.name: (k, p) for k, p in enumerate(intent.storage_pools)}
     vi = intent.vpcs.index(vpc)
     out: list[tuple[Any, str, str | None, Loc]] = []
-    for j, name in enumerate(vpc.storage_pools):
+    for name in vpc.storage_pools:
         k, pool = pools[name]
         for m, net in enumerate(pool.prefixes):
             out.append((net, "forward", name, ("storage_pools", k, "prefixes", m)))
@@ -67,7 +67,9 @@ def check(intent: Intent) -> None:
     ifaces = {itf.name: itf for itf in gw.interfaces}
     compute = [i for i, itf in enumerate(gw.interfaces) if itf.role == "compute"]
     if len(compute) != 1:
-        raise IntentProblem(("gateway", "interfaces"), "exactly one interface must have role compute")
+        raise IntentProblem(
+            ("gateway", "interfaces"), "exactly one interface must have role compute"
+        )
     if gw.interfaces[compute[0]].next_hop_mac is None:
         raise IntentProblem(
             ("gateway", "interfaces", compute[0], "next_hop_mac"),
@@ -81,7 +83,9 @@ def check(intent: Intent) -> None:
     _unique(intent.storage_pools, "name", "storage_pools")
     _unique(intent.hosts, "name", "hosts")
     if len(intent.vpcs) > layout.CZ_MAX_VPCS:
-        raise IntentProblem(("vpcs",), f"{len(intent.vpcs)} VPCs; the tables hold {layout.CZ_MAX_VPCS}")
+        raise IntentProblem(
+            ("vpcs",), f"{len(intent.vpcs)} VPCs; the tables hold {layout.CZ_MAX_VPCS}"
+        )
 
     nexthops = 0
     for k, pool in enumerate(intent.storage_pools):
@@ -94,8 +98,9 @@ def check(intent: Intent) -> None:
                     f"no gateway interface named {nh.interface!r}",
                 )
     if nexthops > layout.CZ_MAX_NEXTHOPS:
-        raise IntentProblem(("storage_pools",), f"{nexthops} next hops; the tables hold "
-                            f"{layout.CZ_MAX_NEXTHOPS}")
+        raise IntentProblem(
+            ("storage_pools",), f"{nexthops} next hops; the tables hold {layout.CZ_MAX_NEXTHOPS}"
+        )
 
     pool_names = {p.name for p in intent.storage_pools}
     storage_facing: list[tuple[Any, Loc]] = []
@@ -105,7 +110,7 @@ def check(intent: Intent) -> None:
         fam = _by_family(vpc, i)
         spaces[vpc.name] = fam
         if vpc.storage_facing == "identity":
-            for v, net in fam.items():
+            for net in fam.values():
                 storage_facing.append((net, ("vpcs", i, "prefixes")))
         else:
             seen_sf: set[int] = set()
@@ -121,8 +126,10 @@ def check(intent: Intent) -> None:
                 seen_sf.add(sf.version)
                 storage_facing.append((sf, loc))
             if seen_sf != set(fam):
-                raise IntentProblem(("vpcs", i, "storage_facing"),
-                                    "one storage-facing prefix per VPC prefix is needed")
+                raise IntentProblem(
+                    ("vpcs", i, "storage_facing"),
+                    "one storage-facing prefix per VPC prefix is needed",
+                )
         for j, name in enumerate(vpc.storage_pools):
             if name not in pool_names:
                 raise IntentProblem(("vpcs", i, "storage_pools", j), f"no storage pool {name!r}")
@@ -138,8 +145,11 @@ def check(intent: Intent) -> None:
         plens: dict[int, set[int]] = {4: set(), 6: set()}
         for net, _action, _pool, loc in vpc_routes(intent, vpc):
             if net in seen_routes:
-                raise IntentProblem(loc, f"route {net} of VPC {vpc.name} is also defined at "
-                                    f"{'.'.join(map(str, seen_routes[net]))}")
+                raise IntentProblem(
+                    loc,
+                    f"route {net} of VPC {vpc.name} is also defined at "
+                    f"{'.'.join(map(str, seen_routes[net]))}",
+                )
             seen_routes[net] = loc
             plens[net.version].add(net.prefixlen)
             if net.version == 4:
@@ -147,11 +157,17 @@ def check(intent: Intent) -> None:
             else:
                 routes6 += 1
         if len(plens[6]) > layout.CZ_MAX_PLENS6:
-            raise IntentProblem(("vpcs", i, "routes"), f"{len(plens[6])} distinct IPv6 prefix "
-                                f"lengths; the fast path handles {layout.CZ_MAX_PLENS6} per VPC")
+            raise IntentProblem(
+                ("vpcs", i, "routes"),
+                f"{len(plens[6])} distinct IPv6 prefix "
+                f"lengths; the fast path handles {layout.CZ_MAX_PLENS6} per VPC",
+            )
     if routes4 > layout.CZ_MAX_ROUTES4 or routes6 > layout.CZ_MAX_ROUTES6:
-        raise IntentProblem(("vpcs",), f"{routes4} IPv4 / {routes6} IPv6 routes; the tables hold "
-                            f"{layout.CZ_MAX_ROUTES4} / {layout.CZ_MAX_ROUTES6}")
+        raise IntentProblem(
+            ("vpcs",),
+            f"{routes4} IPv4 / {routes6} IPv6 routes; the tables hold "
+            f"{layout.CZ_MAX_ROUTES4} / {layout.CZ_MAX_ROUTES6}",
+        )
 
     # Replies are demultiplexed by storage-facing destination: those prefixes must be disjoint.
     # Prefixes are intervals; sorted by start, one overlaps an earlier one iff it starts before
@@ -159,21 +175,27 @@ def check(intent: Intent) -> None:
     ordered = sorted(storage_facing, key=lambda s: (s[0].version, int(s[0].network_address)))
     last: tuple[Any, Loc] | None = None
     for net, loc in ordered:
-        if last is not None and last[0].version == net.version and (
-            int(net.network_address) <= int(last[0].broadcast_address)
+        if (
+            last is not None
+            and last[0].version == net.version
+            and (int(net.network_address) <= int(last[0].broadcast_address))
         ):
-            raise IntentProblem(loc, f"{net} overlaps the storage-facing prefix {last[0]} "
-                                f"({format_loc(last[1])})")
-        if last is None or last[0].version != net.version or (
-            int(net.broadcast_address) > int(last[0].broadcast_address)
+            raise IntentProblem(
+                loc, f"{net} overlaps the storage-facing prefix {last[0]} ({format_loc(last[1])})"
+            )
+        if (
+            last is None
+            or last[0].version != net.version
+            or (int(net.broadcast_address) > int(last[0].broadcast_address))
         ):
             last = (net, loc)
 
     seen_addr: dict[tuple[str, Any], int] = {}
     vpc_names = {v.name for v in intent.vpcs}
     if len(intent.hosts) > layout.CZ_MAX_HOSTS:
-        raise IntentProblem(("hosts",), f"{len(intent.hosts)} hosts; the tables hold "
-                            f"{layout.CZ_MAX_HOSTS}")
+        raise IntentProblem(
+            ("hosts",), f"{len(intent.hosts)} hosts; the tables hold {layout.CZ_MAX_HOSTS}"
+        )
     for h, host in enumerate(intent.hosts):
         if host.vpc not in vpc_names:
             raise IntentProblem(("hosts", h, "vpc"), f"no VPC named {host.vpc!r}")
@@ -184,7 +206,9 @@ def check(intent: Intent) -> None:
             if net is None or addr not in net:
                 raise IntentProblem(loc, f"{addr} is outside every prefix of VPC {host.vpc}")
             if (host.vpc, addr) in seen_addr:
-                raise IntentProblem(loc, f"{addr} is already used by hosts[{seen_addr[(host.vpc, addr)]}]")
+                raise IntentProblem(
+                    loc, f"{addr} is already used by hosts[{seen_addr[(host.vpc, addr)]}]"
+                )
             seen_addr[(host.vpc, addr)] = h
 
 

@@ -140,9 +140,8 @@ class Controller:
             raise InvalidIntentError("a prefix to remove is not in the pool", path="request",
                                      where=f"storage_pools[{pool}].prefixes")
         keep = ~np.isin(k_cur, k_minus)
-        six_minus = set(map(str, minus.networks()))
-        six = [n for n in cur.networks()[len(cur.addr4):] if str(n) not in six_minus]
-        six += plus.networks()[len(plus.addr4):]
+        six_minus = set(minus.networks6())
+        six = [n for n in cur.networks6() if n not in six_minus] + plus.networks6()
         rest = PrefixSet.from_networks(six)
         return concat([PrefixSet(cur.addr4[keep], cur.plen4[keep], rest.hi6, rest.lo6,
                                  rest.plen6), PrefixSet(plus.addr4, plus.plen4, *(
@@ -176,7 +175,11 @@ class Controller:
 
     def _chunk_writes(self, pool: str, new_set: PrefixSet, touched: set[int]
                       ) -> dict[str, bytes | None]:
-        fresh = split_pool(pool, new_set)
+        # Only the touched chunks are re-rendered: a one-route change costs one chunk, not a pool.
+        m4 = np.isin(chunk_of4(new_set.addr4, new_set.plen4), list(touched))
+        m6 = np.isin(chunk_of6(new_set.hi6, new_set.lo6, new_set.plen6), list(touched))
+        fresh = split_pool(pool, PrefixSet(new_set.addr4[m4], new_set.plen4[m4], new_set.hi6[m6],
+                                           new_set.lo6[m6], new_set.plen6[m6]))
         writes: dict[str, bytes | None] = {}
         for c in touched:
             key = f"{POOL}{pool}/{c:03d}"

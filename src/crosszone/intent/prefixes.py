@@ -67,6 +67,11 @@ class PrefixSet:
                 for h, lo, p in zip(self.hi6, self.lo6, self.plen6)]
         return out
 
+    def networks6(self) -> list[ipaddress.IPv6Network]:
+        """The IPv6 prefixes as ipaddress objects (they are few: at most 32 lengths per VPC)."""
+        return [ipaddress.IPv6Network(((int(h) << 64) | int(lo), int(p)))
+                for h, lo, p in zip(self.hi6, self.lo6, self.plen6)]
+
     def to_text(self) -> str:
         """The block form again, one prefix per line (IPv4 first)."""
         return "\n".join(str(n) for n in self.networks())

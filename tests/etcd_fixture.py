@@ -28,7 +28,7 @@ def etcd_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     data = Path(tmp_path_factory.mktemp("etcd"))
     client, peer = _free_port(), _free_port()
     url = f"http://127.0.0.1:{client}"
-    log = open(data / "etcd.log", "w")
+    log = open(data / "etcd.log", "w")  # noqa: SIM115  (closed in finally, after etcd)
     proc = subprocess.Popen(
         [binary, "--data-dir", str(data / "data"), "--name", "test",
          "--listen-client-urls", url, "--advertise-client-urls", url,

@@ -26,13 +26,13 @@ IFX = (lambda name: 5)  # noqa: E731
 
 
 @pytest.fixture
-def setup(tmp_path: Path):  # noqa: ANN201
+def setup(tmp_path: Path):
     store = SqliteStore(str(tmp_path / "s.db"), poll_s=0.001)
     ctl = Controller(store)
     return store, ctl, TestClient(create_app(ctl, "s3cret"))
 
 
-def test_writes_need_the_token(setup) -> None:  # noqa: ANN001
+def test_writes_need_the_token(setup) -> None:
     _, _, api = setup
     text = CLUSTER.read_text()
     assert api.post("/v1/intent", content=text).status_code == 401
@@ -43,8 +43,8 @@ def test_writes_need_the_token(setup) -> None:  # noqa: ANN001
     assert "/v1/intent" in api.get("/openapi.json").json()["paths"]
 
 
-def test_apply_dry_run_then_apply(setup) -> None:  # noqa: ANN001
-    store, ctl, api = setup
+def test_apply_dry_run_then_apply(setup) -> None:
+    store, _ctl, api = setup
     text = CLUSTER.read_text()
     dry = api.post("/v1/intent", params={"dry_run": True}, content=text, headers=AUTH).json()
     assert dry["revision"] is None and dry["gateways"]["gw-a"]["put"]["routes4"] == 7
@@ -57,7 +57,7 @@ def test_apply_dry_run_then_apply(setup) -> None:  # noqa: ANN001
     assert parse_cluster(yaml.safe_dump(got["intent"])) == load_cluster(CLUSTER)
 
 
-def test_rejected_intent_is_422_and_writes_nothing(setup) -> None:  # noqa: ANN001
+def test_rejected_intent_is_422_and_writes_nothing(setup) -> None:
     store, _, api = setup
     api.post("/v1/intent", content=CLUSTER.read_text(), headers=AUTH)
     rev = store.revision()
@@ -68,7 +68,7 @@ def test_rejected_intent_is_422_and_writes_nothing(setup) -> None:  # noqa: ANN0
     assert api.post("/v1/intent", content=b"\xff\xfe", headers=AUTH).status_code == 422
 
 
-def test_prefix_changes(setup) -> None:  # noqa: ANN001
+def test_prefix_changes(setup) -> None:
     store, ctl, api = setup
     assert api.post("/v1/pools/checkpoints/prefixes", json={"add": ["10.1.0.0/16"]},
                     headers=AUTH).status_code == 422  # no intent yet
@@ -93,7 +93,7 @@ def test_prefix_changes(setup) -> None:  # noqa: ANN001
     assert split_cluster(Controller(store).cluster) == split_cluster(ctl.cluster)
 
 
-def test_agent_follows_the_controller_and_reports(setup) -> None:  # noqa: ANN001
+def test_agent_follows_the_controller_and_reports(setup) -> None:
     store, ctl, api = setup
     sink = DictSink()
     agent = Agent("gw-b", store, sink, IFX)
@@ -104,7 +104,8 @@ def test_agent_follows_the_controller_and_reports(setup) -> None:  # noqa: ANN00
     api.post("/v1/pools/datasets/prefixes", json={"add": ["172.30.0.0/16"]}, headers=AUTH)
     res = agent.step(0.5)
     assert res is not None and res.mode == "delta" and res.deletes == 0
-    assert same_state(sink.entries, compile_gateway(ctl.cluster, "gw-b", IFX, agent.rec.ids).entries)
+    want = compile_gateway(ctl.cluster, "gw-b", IFX, agent.rec.ids).entries
+    assert same_state(sink.entries, want)
     st = api.get("/v1/status").json()
     assert st["gateways"]["gw-b"]["revision"] == st["desired_revision"]
     assert st["gateways"]["gw-b"]["health"] == "ok"
@@ -116,12 +117,12 @@ class FlakyStore(SqliteStore):
 
     down = False
 
-    def watch(self, prefix: str, after: int, timeout: float):  # noqa: ANN201
+    def watch(self, prefix: str, after: int, timeout: float):
         if self.down:
             raise StoreUnavailable("connection refused")
         return super().watch(prefix, after, timeout)
 
-    def put_many(self, items):  # noqa: ANN001, ANN201
+    def put_many(self, items):
         if self.down:
             raise StoreUnavailable("connection refused")
         return super().put_many(items)
@@ -159,7 +160,7 @@ def test_backoff() -> None:
     assert b.next() == 1
 
 
-def test_metrics_exposition(setup) -> None:  # noqa: ANN001
+def test_metrics_exposition(setup) -> None:
     from prometheus_client import generate_latest
 
     from crosszone.agent.metrics import FastPathCollector

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from etcd_fixture import etcd_url  # noqa: F401  (fixture)
 
 from crosszone.control.store import Store, StoreUnavailable, open_store
+from etcd_fixture import etcd_url  # noqa: F401  (fixture)
 
 
 @pytest.fixture(params=["sqlite", "etcd"])

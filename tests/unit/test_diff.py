@@ -22,7 +22,7 @@ CLUSTER = ROOT / "examples" / "cluster.yaml"
 IFX = (lambda name: 5)  # noqa: E731
 
 
-def cluster_with(**edits: object):  # noqa: ANN201
+def cluster_with(**edits: object):
     d = to_document(load_cluster(CLUSTER))
     for fn in edits.values():
         fn(d)  # type: ignore[operator]
@@ -57,8 +57,9 @@ def _invariants(step: dict, old: dict, new: dict) -> None:
             if action == 1:
                 assert group.to_bytes(4, "little") in step["ecmp_groups"]
     # A clear Bloom bit must never hide a live route.
-    from crosszone.compile.diff import bloom_entries
     import numpy as np
+
+    from crosszone.compile.diff import bloom_entries
     from crosszone.fastpath import maps_io as mio
     for fam in ("routes4", "routes6"):
         for k in step.get(fam, {}):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -164,10 +165,8 @@ _TEXT = CLUSTER.read_text()
 @given(st.integers(0, len(_TEXT) - 1), st.integers(0, 40), st.text(max_size=12))
 def test_fuzz_mutations_raise_only_the_project_error(pos: int, cut: int, insert: str) -> None:
     text = _TEXT[:pos] + insert + _TEXT[pos + cut:]
-    try:
+    with contextlib.suppress(InvalidIntentError):
         parse_cluster(text, "f.yaml")
-    except InvalidIntentError:
-        pass
 
 
 @settings(max_examples=100, deadline=None)
@@ -179,7 +178,5 @@ def test_fuzz_mutations_raise_only_the_project_error(pos: int, cut: int, insert:
 def test_fuzz_structures_raise_only_the_project_error(data: object) -> None:
     if isinstance(data, dict):
         data.setdefault("version", 2)
-    try:
+    with contextlib.suppress(InvalidIntentError):
         parse_cluster(yaml.safe_dump(data), "f.yaml")
-    except InvalidIntentError:
-        pass

@@ -42,7 +42,7 @@ def controller_cmd(
                 log_level="warning")
 
 
-def _client(url: str, token: str):  # noqa: ANN202
+def _client(url: str, token: str):
     from crosszone.control.client import Client
 
     return Client(url, token)

@@ -197,7 +197,7 @@ class Controller:
 
     def status(self) -> dict[str, Any]:
         """Every gateway's last report, plus the desired revision."""
-        items, rev = self.store.get_prefix(STATUS)
+        items, _rev = self.store.get_prefix(STATUS)
         gws = {k[len(STATUS):]: json.loads(v) for k, v in items.items()}
         for gw in (self.cluster.gateways if self.cluster else []):
             gws.setdefault(gw.name, {"health": "unknown", "revision": None})

@@ -97,7 +97,8 @@ class SqliteStore(Store):
         deadline = self._now() + timeout
         version = None
         while True:
-            def read(db: sqlite3.Connection) -> tuple[object, list[tuple[int, str, bytes | None]]]:
+            def read(db: sqlite3.Connection, version: object = version
+                     ) -> tuple[object, list[tuple[int, str, bytes | None]]]:
                 v = (db.execute("PRAGMA data_version").fetchone()[0], self._writes)
                 if v == version:
                     return v, []

@@ -51,7 +51,7 @@ class Store(ABC):
     def revision(self) -> int:
         """The current store revision."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  (optional hook: most backends hold nothing)
         """Release connections."""
 
     def put(self, key: str, value: bytes) -> int:

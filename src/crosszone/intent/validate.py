@@ -202,8 +202,8 @@ def check(intent: Intent) -> None:
         fam = spaces[host.vpc]
         for j, addr in enumerate(host.addresses):
             loc = ("hosts", h, "addresses", j)
-            net = fam.get(addr.version)
-            if net is None or addr not in net:
+            space = fam.get(addr.version)
+            if space is None or addr not in space:
                 raise IntentProblem(loc, f"{addr} is outside every prefix of VPC {host.vpc}")
             if (host.vpc, addr) in seen_addr:
                 raise IntentProblem(

@@ -142,6 +142,16 @@ class Tables:
         return next(p for p in self.ports if p.name == name)
 
 
+def _v4(net: Net | None) -> ipaddress.IPv4Network | None:
+    assert net is None or isinstance(net, ipaddress.IPv4Network)
+    return net
+
+
+def _v6(net: Net | None) -> ipaddress.IPv6Network | None:
+    assert net is None or isinstance(net, ipaddress.IPv6Network)
+    return net
+
+
 def compile_intent(intent: Intent) -> Tables:
     """Intent -> Tables. Deterministic: the same intent always gives equal tables."""
     gw = intent.gateway
@@ -184,9 +194,11 @@ def compile_intent(intent: Intent) -> Tables:
     # VPC ids follow VNI order so that they do not depend on the order of the file.
     for vpc_id, v in enumerate(sorted(intent.vpcs, key=lambda v: v.vni)):
         vpc_id_of[v.name] = vpc_id
-        own = {n.version: n for n in v.prefixes}
+        own: dict[int, Net] = {n.version: n for n in v.prefixes}
         identity = v.storage_facing == "identity"
-        sf = own if identity else {n.version: n for n in v.storage_facing}  # type: ignore[union-attr]
+        sf: dict[int, Net] = (
+            own if isinstance(v.storage_facing, str) else {n.version: n for n in v.storage_facing}
+        )
         vroutes = [
             Route(vpc_id, net, ACTIONS[action], group_of[pool] if pool else 0)
             for net, action, pool, _ in vpc_routes(intent, v)
@@ -204,16 +216,16 @@ def compile_intent(intent: Intent) -> Tables:
                 vpc_id,
                 v.vni,
                 v.name,
-                own.get(4),
-                sf.get(4),
-                own.get(6),  # type: ignore[arg-type]
-                sf.get(6),
+                _v4(own.get(4)),
+                _v4(sf.get(4)),
+                _v6(own.get(6)),
+                _v6(sf.get(6)),
                 identity,
                 router_mac,
                 plens4,
                 plens6,
             )
-        )  # type: ignore[arg-type]
+        )
         for fam in sorted(own):
             sfs.append(StorageFacing(sf[fam], vpc_id, v.vni, own[fam], router_mac, identity))
 

@@ -51,31 +51,50 @@ class Attachment:
     ifindex: int
 
 
+def _nsid_of(ipr: IPRoute, netns: str | None, home_fd: int) -> int | None:
+    """The id under which the current namespace knows `netns` (None: our starting namespace,
+    given as home_fd); None when it has no id there."""
+    fd = os.dup(home_fd) if netns is None else os.open(f"/run/netns/{netns}", os.O_RDONLY)
+    try:
+        nsid = ipr.get_netnsid(fd=fd).get("nsid")
+    finally:
+        os.close(fd)
+    return None if nsid is None or nsid < 0 else int(nsid)
+
+
 def _veth_peer(ifindex: int, home_ns: str | None) -> Attachment | None:
-    """The veth peer of ifindex, searched in the root and every named namespace."""
-    with in_netns(home_ns), IPRoute() as ipr:
-        link = ipr.get_links(ifindex)[0]
-        kind = (
-            (link.get_attr("IFLA_LINKINFO") or {}).get_attr("IFLA_INFO_KIND")
-            if link.get_attr("IFLA_LINKINFO")
+    """The veth peer of ifindex. Ifindexes repeat across namespaces, so the peer's namespace is
+    found by its id (IFLA_LINK_NETNSID), never by index alone."""
+    start = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        with in_netns(home_ns), IPRoute() as ipr:
+            link = ipr.get_links(ifindex)[0]
+            info = link.get_attr("IFLA_LINKINFO")
+            kind = info.get_attr("IFLA_INFO_KIND") if info is not None else None
+            peer_index = link.get_attr("IFLA_LINK")
+            peer_nsid = link.get_attr("IFLA_LINK_NETNSID")
+            if kind != "veth" or not peer_index:
+                return None
+            candidates = (
+                [home_ns]
+                if peer_nsid is None
+                else [
+                    ns
+                    for ns in [None, *named_netns()]
+                    if ns != home_ns and _nsid_of(ipr, ns, start) == peer_nsid
+                ]
+            )
+    finally:
+        os.close(start)
+    if not candidates:
+        return None
+    with in_netns(candidates[0]), IPRoute() as ipr:
+        found = ipr.get_links(peer_index)
+        return (
+            Attachment(candidates[0], found[0].get_attr("IFLA_IFNAME"), peer_index)
+            if found
             else None
         )
-        peer_index = link.get_attr("IFLA_LINK")
-    if kind != "veth" or not peer_index:
-        return None
-    for ns in [None, *named_netns()]:
-        if ns == home_ns:
-            continue
-        with in_netns(ns), IPRoute() as ipr:
-            for cand in ipr.get_links():
-                if cand["index"] == peer_index and cand.get_attr("IFLA_LINK") == ifindex:
-                    return Attachment(ns, cand.get_attr("IFLA_IFNAME"), peer_index)
-    # Both ends in the same namespace.
-    with in_netns(home_ns), IPRoute() as ipr:
-        for cand in ipr.get_links():
-            if cand["index"] == peer_index:
-                return Attachment(home_ns, cand.get_attr("IFLA_IFNAME"), peer_index)
-    return None
 
 
 def attach(

@@ -35,7 +35,7 @@ def _b(s: ctypes.Structure) -> bytes:
     return bytes(s)
 
 
-def _mask(net: ipaddress._BaseNetwork) -> bytes:
+def _mask(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bytes:
     return int(net.netmask).to_bytes(net.max_prefixlen // 8, "big")
 
 
@@ -58,14 +58,17 @@ def encode_vpc(v: Vpc) -> bytes:
 def encode_route_key(r: Route, lpm: bool) -> bytes:
     """struct cz_route4_key/cz_route6_key, or the LPM-trie baseline's key."""
     addr = r.prefix.network_address.packed
+    k: ctypes.Structure
     if lpm:
-        cls = L.CzLpm4Key if r.prefix.version == 4 else L.CzLpm6Key
-        k = cls(prefixlen=32 + r.prefix.prefixlen)
+        k = (L.CzLpm4Key if r.prefix.version == 4 else L.CzLpm6Key)(
+            prefixlen=32 + r.prefix.prefixlen
+        )
         L.fill(k.vpc_id, r.vpc_id.to_bytes(4, "big"))
     else:
-        cls = L.CzRoute4Key if r.prefix.version == 4 else L.CzRoute6Key
-        k = cls(vpc_id=r.vpc_id, plen=r.prefix.prefixlen)
-    L.fill(k.addr, addr)
+        k = (L.CzRoute4Key if r.prefix.version == 4 else L.CzRoute6Key)(
+            vpc_id=r.vpc_id, plen=r.prefix.prefixlen
+        )
+    L.fill(k.addr, addr)  # type: ignore[attr-defined]
     return _b(k)
 
 
@@ -177,8 +180,8 @@ class GatewayMaps:
             m["hosts"].update_batch(list(keys), list(vals))
         self.write_routes(t.routes, fresh=fresh)
         for sf in t.storage_facing:
-            k, v = encode_sf(sf)
-            m["sf4" if sf.prefix.version == 4 else "sf6"].update(k, v)
+            sf_key, sf_val = encode_sf(sf)
+            m["sf4" if sf.prefix.version == 4 else "sf6"].update(sf_key, sf_val)
         for v in t.vpcs:
             m["vpcs"].update(_u32(v.vpc_id), encode_vpc(v))
             m["vpc_by_vni"].update(_u32(v.vni), _u32(v.vpc_id))
@@ -247,7 +250,12 @@ class GatewayMaps:
         total = L.CzVpcCounter()
         for raw in self.maps["vpc_stats"].lookup_percpu(_u32(vpc_id)):
             c = L.CzVpcCounter.from_buffer_copy(raw[: ctypes.sizeof(L.CzVpcCounter)])
-            for f, _ in L.CzVpcCounter._fields_:
+            for f in (
+                "to_storage_packets",
+                "to_storage_bytes",
+                "to_compute_packets",
+                "to_compute_bytes",
+            ):
                 setattr(total, f, getattr(total, f) + getattr(c, f))
         return total
 

@@ -150,7 +150,9 @@ def _ecmp(idx: _Index, group: int, h: int) -> tuple[Nexthop, Port] | None:
 
 
 def _translate(
-    addr: bytes, mask_net: ipaddress._BaseNetwork, into: ipaddress._BaseNetwork
+    addr: bytes,
+    mask_net: ipaddress.IPv4Network | ipaddress.IPv6Network,
+    into: ipaddress.IPv4Network | ipaddress.IPv6Network,
 ) -> bytes:
     """(addr & ~mask) | into.prefix, for a prefix of the same length."""
     bits = len(addr) * 8

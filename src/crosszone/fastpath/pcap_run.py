@@ -95,7 +95,7 @@ def run_pcap(
                         "index": i,
                         "verdict": res.action.label,
                         "reason": res.reason.label,
-                        "egress": port_names.get(res.port) if fwd else None,
+                        "egress": port_names.get(res.port) if res.port is not None else None,
                         "len": len(res.data) if fwd else len(frame),
                         "summary": summary(res.data if fwd else frame),
                     }

@@ -81,3 +81,81 @@ def c0_rx_packets(gw: topology.Gateway) -> int:
     """Packets received on a gateway's compute-facing interface."""
     data = json.loads(sh("ip", "-n", gw.ns, "-s", "-j", "link", "show", "c0"))
     return int(data[0]["stats64"]["rx"]["packets"])
+
+
+UDP_ECHO = """
+import socket, time
+fam = socket.AF_INET6 if ":" in {addr!r} else socket.AF_INET
+s = socket.socket(fam, socket.SOCK_DGRAM); s.bind(({addr!r}, 9999)); s.settimeout(0.5)
+end = time.monotonic() + {duration}
+while time.monotonic() < end:
+    try:
+        data, peer = s.recvfrom(2048)
+    except socket.timeout:
+        continue
+    s.sendto(data, peer)
+"""
+
+UDP_PROBE = """
+import json, select, socket, struct, time
+addr, duration, interval, nsock = {addr!r}, {duration}, {interval}, 64
+fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
+# 64 sockets, 64 source ports: 64 different ECMP hashes on every hop, in both directions.
+socks = [socket.socket(fam, socket.SOCK_DGRAM) for _ in range(nsock)]
+for s in socks:
+    s.setblocking(False)
+sent = {{}}
+got = set()
+def drain(timeout):
+    r, _, _ = select.select(socks, [], [], timeout)
+    for s in r:
+        while True:
+            try:
+                data = s.recv(2048)
+            except BlockingIOError:
+                break
+            got.add(struct.unpack("!I", data[:4])[0])
+t0 = time.monotonic(); seq = 0
+while time.monotonic() - t0 < duration:
+    sent[seq] = time.monotonic() - t0
+    socks[seq % nsock].sendto(struct.pack("!I", seq) + b"x" * 60, (addr, 9999))
+    seq += 1
+    drain(interval)
+end = time.monotonic() + 1.0
+while time.monotonic() < end and len(got) < seq:
+    drain(0.05)
+lost = sorted(set(sent) - got)
+print(json.dumps({{"sent": seq, "received": len(got & set(sent)), "lost": len(lost),
+                  "lost_at_s": [round(sent[i], 3) for i in lost[:20]]}}))
+"""
+
+
+def start_udp_probe(dep: deploy.Deployment, ep_index: int, duration: float,
+                    interval: float = 0.002, family: int = 4) -> tuple[subprocess.Popen[str], ...]:
+    """A UDP echo on storage node 1 and a sequence-numbered sender on an endpoint: every lost
+    datagram is a packet lost by the network (no retransmission hides it)."""
+    node = dep.plan.storage_nodes[0]
+    ep = dep.plan.endpoints[ep_index]
+    addr = node.addr6 if family == 6 else node.addr
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", node.ns, sys.executable, "-c",
+         UDP_ECHO.format(addr=addr, duration=duration + 3)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    import time as _time
+    _time.sleep(0.3)
+    client = subprocess.Popen(
+        ["ip", "netns", "exec", ep.ns, sys.executable, "-c",
+         UDP_PROBE.format(addr=addr, duration=duration, interval=interval)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return client, server
+
+
+def udp_probe_result(procs: tuple[subprocess.Popen[str], ...]) -> dict[str, object]:
+    """Wait for a UDP probe; return its counts."""
+    client, server = procs
+    out, err = client.communicate(timeout=120)
+    server.kill()
+    server.wait()
+    assert client.returncode == 0, err
+    result: dict[str, object] = json.loads(out)
+    return result

@@ -45,6 +45,11 @@ def _host_ops(p: Plan) -> list[Op]:
     ops: list[Op] = []
     for h in p.hosts:
         ops += netns.ns_sysctls(h.ns, forwarding=False)
+        # The vSwitch namespace itself speaks no IPv6: its bridge and VXLAN devices would send
+        # router solicitations from their own link-local addresses (forever, with backoff),
+        # and the bridge floods what it originates to every port, the tunnel included.
+        ops += [in_ns(h.ns, "sysctl", "-qw", f"net.ipv6.conf.{c}.disable_ipv6=1")
+                for c in ("all", "default")]
         # Only the anycast VTEP is routed: the host has no path anywhere else.
         ops.append(in_ns(h.ns, "ip", "route", "replace", f"{p.spec.anycast_vtep}/32",
                          "via", f"10.1.{h.index}.1"))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
-from crosszone.fastpath.libbpf import BpfError, _errno, _fn
+from crosszone.fastpath.libbpf_abi import BpfError, _errno, _fn
 
 c_void_p, c_char_p, c_u32, c_int = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint32, ctypes.c_int
 

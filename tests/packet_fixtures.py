@@ -17,7 +17,13 @@ from functools import cache
 from pathlib import Path
 
 from scapy.layers.inet import ICMP, IP, TCP, UDP
-from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6, IPv6ExtHdrHopByHop
+from scapy.layers.inet6 import (
+    ICMPv6EchoRequest,
+    ICMPv6ND_NS,
+    ICMPv6ND_RS,
+    IPv6,
+    IPv6ExtHdrHopByHop,
+)
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.layers.vxlan import VXLAN
 from scapy.packet import Packet, Raw
@@ -445,6 +451,21 @@ def fixtures() -> list[Fixture]:
             "IPv6 extension header",
             vxlan(IPv6(src=HOST_A1["ip6"], dst="fd10::5") / IPv6ExtHdrHopByHop() / TCP()),
             Reason.PASS_IPV6_EXTHDR,
+            vpc="tenant-a",
+        ),
+        _pass(
+            "inner router solicitation (fe80:: -> ff02::2): the kernel's",
+            vxlan(IPv6(src="fe80::1", dst="ff02::2", hlim=255) / ICMPv6ND_RS()),
+            Reason.PASS_INNER_ND,
+            vpc="tenant-a",
+        ),
+        _pass(
+            "inner neighbour solicitation for the VPC router",
+            vxlan(
+                IPv6(src=HOST_A1["ip6"], dst="ff02::1:ff00:1", hlim=255)
+                / ICMPv6ND_NS(tgt="fd00:a::1")
+            ),
+            Reason.PASS_INNER_ND,
             vpc="tenant-a",
         ),
         _pass("IPv6 hop limit 1", vxlan(_tcp6(hlim=1)), Reason.PASS_TTL_EXCEEDED, vpc="tenant-a"),

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 from scapy.layers.inet import ICMP, IP, TCP, UDP
-from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6, IPv6ExtHdrDestOpt, IPv6ExtHdrFragment
+from scapy.layers.inet6 import (
+    ICMPv6EchoRequest,
+    ICMPv6ND_NA,
+    ICMPv6ND_NS,
+    IPv6,
+    IPv6ExtHdrDestOpt,
+    IPv6ExtHdrFragment,
+)
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.layers.vxlan import VXLAN
 from scapy.packet import Raw
@@ -53,7 +60,17 @@ def l4(draw, six):
     if kind in ("udp", "udp0"):
         return UDP(sport=sport, dport=dport, **({"chksum": 0} if kind == "udp0" else {}))
     if kind == "icmp":
-        return ICMPv6EchoRequest(id=sport) if six else ICMP(id=sport)
+        if six:
+            return draw(
+                st.sampled_from(
+                    [
+                        ICMPv6EchoRequest(id=sport),
+                        ICMPv6ND_NS(tgt="fd00:a::1"),
+                        ICMPv6ND_NA(tgt="fd00:a::10"),
+                    ]
+                )
+            )
+        return ICMP(id=sport)
     return Raw(b"\x00" * 4)
 
 

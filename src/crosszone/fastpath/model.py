@@ -289,6 +289,13 @@ def _inner6(p: _Packet, vpc: Vpc, off: int, avail: int) -> _Verdict:
     nexthdr = pkt[off + 6]
     if nexthdr in IPV6_EXTHDRS:
         raise _pass(Reason.PASS_IPV6_EXTHDR)
+    if (
+        nexthdr == IPPROTO_ICMPV6
+        and plen >= 1
+        and off + 41 <= len(pkt)
+        and 133 <= pkt[off + 40] <= 137
+    ):
+        raise _pass(Reason.PASS_INNER_ND)
     if pkt[off + 7] <= 1:
         raise _pass(Reason.PASS_TTL_EXCEEDED)
     src, dst = bytes(pkt[off + 8 : off + 24]), bytes(pkt[off + 24 : off + 40])

@@ -15,6 +15,7 @@ enum cz_reason {
 	CZ_R_PASS_OUTER_OPTIONS,     /* VXLAN with outer IPv4 options */
 	CZ_R_PASS_OUTER_FRAGMENT,    /* fragmented VXLAN: reassembly is the kernel's job */
 	CZ_R_PASS_INNER_NOT_IP,      /* inner ARP or other non-IP ethertype */
+	CZ_R_PASS_INNER_ND,          /* inner IPv6 neighbour discovery (RS, RA, NS, NA, redirect) */
 	CZ_R_PASS_IPV4_OPTIONS,      /* (inner) IPv4 with options */
 	CZ_R_PASS_IPV4_FRAGMENT,     /* (inner) IPv4 fragment */
 	CZ_R_PASS_IPV6_EXTHDR,       /* (inner) IPv6 with an extension header */

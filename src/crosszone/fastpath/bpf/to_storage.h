@@ -117,6 +117,12 @@ static __always_inline void cz_inner6(struct xdp_md *ctx, const struct cz_vpc *v
 		CZ_DROP(v, CZ_R_DROP_INNER_MALFORMED);
 	if (cz_is_ipv6_exthdr(ip6->nexthdr))
 		CZ_PASS(v, CZ_R_PASS_IPV6_EXTHDR);
+	/* Neighbour discovery is the kernel's (or the vSwitch's) business, like ARP: its
+	 * link-local sources and on-link targets are not routable storage traffic. */
+	__u8 *icmp_type = (void *)(ip6 + 1);
+	if (ip6->nexthdr == CZ_IPPROTO_ICMPV6 && plen >= 1 && (void *)(icmp_type + 1) <= data_end &&
+	    *icmp_type >= 133 && *icmp_type <= 137)
+		CZ_PASS(v, CZ_R_PASS_INNER_ND);
 	if (ip6->hop_limit <= 1)
 		CZ_PASS(v, CZ_R_PASS_TTL_EXCEEDED);
 

@@ -104,8 +104,19 @@ def attach(
     obj_path: str | Path | None = None,
 ) -> Tables:
     """Load, program, attach and pin the gateway for an intent; returns the bound tables."""
+    return attach_tables(compile_intent(load_intent(intent_path).intent), pin_dir, netns, obj_path)
+
+
+def attach_tables(
+    tables: Tables,
+    pin_dir: str | Path,
+    netns: str | None = None,
+    obj_path: str | Path | None = None,
+    write_tables: bool = True,
+) -> Tables:
+    """attach() for compiled tables. write_tables=False loads and attaches only: an agent that
+    reconciles the (possibly pinned, already live) maps itself by diff uses that."""
     pin = Path(pin_dir)
-    tables = compile_intent(load_intent(intent_path).intent)
     obj_path = Path(obj_path or _build_dir() / "xdp_gateway.o")
     pass_obj = BpfObject.open(_build_dir() / "xdp_pass.o")
     done: list[Attachment] = []
@@ -113,7 +124,8 @@ def attach(
         bound = bind_ports(tables, socket.if_nametoindex)
         obj = BpfObject.open(obj_path, pin_maps_dir=pin / "maps")
         prog = obj.program("cz_gateway")
-        GatewayMaps.of(obj).write(bound)
+        if write_tables:
+            GatewayMaps.of(obj).write(bound)
         prog_pin = pin / "prog"
         if prog_pin.exists():
             prog_pin.unlink()

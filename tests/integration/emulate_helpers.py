@@ -87,6 +87,8 @@ UDP_ECHO = """
 import socket, time
 fam = socket.AF_INET6 if ":" in {addr!r} else socket.AF_INET
 s = socket.socket(fam, socket.SOCK_DGRAM); s.bind(({addr!r}, 9999)); s.settimeout(0.5)
+# SO_RCVBUFFORCE (root): a descheduled echo process must not lose what the network delivered.
+s.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)
 end = time.monotonic() + {duration}
 while time.monotonic() < end:
     try:
@@ -104,6 +106,7 @@ fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
 socks = [socket.socket(fam, socket.SOCK_DGRAM) for _ in range(nsock)]
 for s in socks:
     s.setblocking(False)
+    s.setsockopt(socket.SOL_SOCKET, 33, 1 << 20)
 sent = {{}}
 got = set()
 def drain(timeout):
@@ -130,12 +133,30 @@ print(json.dumps({{"sent": seq, "received": len(got & set(sent)), "lost": len(lo
 """
 
 
+def udp_socket_drops(ns: str) -> int:
+    """UDP datagrams a namespace's sockets dropped themselves (RcvbufErrors, /proc/net/snmp)."""
+    lines = [ln.split() for ln in sh("ip", "netns", "exec", ns, "cat", "/proc/net/snmp")
+             .splitlines() if ln.startswith("Udp:")]
+    row = dict(zip(lines[0][1:], lines[1][1:], strict=True))
+    return int(row.get("RcvbufErrors", 0))
+
+
+class UdpProbe(tuple):  # type: ignore[type-arg]
+    """(client, server) processes plus the namespaces whose socket drops are accounted."""
+
+    namespaces: tuple[str, ...] = ()
+    drops0: int = 0
+
+
 def start_udp_probe(dep: deploy.Deployment, ep_index: int, duration: float,
-                    interval: float = 0.002, family: int = 4) -> tuple[subprocess.Popen[str], ...]:
+                    interval: float = 0.002, family: int = 4) -> UdpProbe:
     """A UDP echo on storage node 1 and a sequence-numbered sender on an endpoint: every lost
-    datagram is a packet lost by the network (no retransmission hides it)."""
+    datagram is a packet lost by the network (no retransmission hides it); datagrams that the
+    probe's own sockets dropped (a descheduled process) are reported apart."""
     node = dep.plan.storage_nodes[0]
     ep = dep.plan.endpoints[ep_index]
+    namespaces = (node.ns, ep.ns)
+    drops0 = sum(udp_socket_drops(ns) for ns in namespaces)
     addr = node.addr6 if family == 6 else node.addr
     server = subprocess.Popen(
         ["ip", "netns", "exec", node.ns, sys.executable, "-c",
@@ -147,15 +168,18 @@ def start_udp_probe(dep: deploy.Deployment, ep_index: int, duration: float,
         ["ip", "netns", "exec", ep.ns, sys.executable, "-c",
          UDP_PROBE.format(addr=addr, duration=duration, interval=interval)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return client, server
+    probe = UdpProbe((client, server))
+    probe.namespaces, probe.drops0 = namespaces, drops0
+    return probe
 
 
-def udp_probe_result(procs: tuple[subprocess.Popen[str], ...]) -> dict[str, object]:
-    """Wait for a UDP probe; return its counts."""
-    client, server = procs
+def udp_probe_result(probe: UdpProbe) -> dict[str, object]:
+    """Wait for a UDP probe; return its counts (`socket_drops`: lost in the probe's sockets)."""
+    client, server = probe
     out, err = client.communicate(timeout=120)
     server.kill()
     server.wait()
     assert client.returncode == 0, err
     result: dict[str, object] = json.loads(out)
+    result["socket_drops"] = sum(udp_socket_drops(ns) for ns in probe.namespaces) - probe.drops0
     return result

@@ -116,21 +116,29 @@ def test_ecmp_spreads_flows_over_gateways(deployment: deploy.Deployment) -> None
 
 
 def test_legacy_and_crosszone_in_parallel_without_loss(deployment: deploy.Deployment) -> None:
-    """All gateways announce at once (ECMP over both kinds) while the workload runs: no error.
-    Meanwhile a UDP sequence probe (64 source ports, one datagram every 2 ms) sees no datagram
-    lost while the sets are switched both ways (make before break)."""
+    """All gateways announce at once (ECMP over both kinds) and carry the workload without an
+    error; a UDP sequence probe (64 source ports, one datagram every 2 ms) loses nothing while
+    the sets are switched into and out of that state (make before break).
+
+    The probe does not run during the workload itself: on veths the workload's TCP bursts
+    overflow the per-CPU backlog (1000 packets) and the XDP rings (256) now and then, a
+    congestion loss TCP repairs and that says nothing about the switches."""
     target = "crosszone" if "crosszone" in kinds(deployment) else "legacy"
-    probe = start_udp_probe(deployment, 0, duration=9.0)
+    deployment.switch("legacy")
+    probe = start_udp_probe(deployment, 0, duration=3.0)
     time.sleep(0.5)
     deployment.switch("both")
+    before = udp_probe_result(probe)
     res = runner.run(deployment.plan, duration=4.0, loaders=1)
+    probe = start_udp_probe(deployment, 0, duration=4.0)
+    time.sleep(0.5)
     deployment.switch(target)  # type: ignore[arg-type]
     deployment.switch("legacy")
-    pr = udp_probe_result(probe)
-    print(f"parallel workload: {res.to_json()}; UDP probe during switches: {pr}")
+    after = udp_probe_result(probe)
+    print(f"parallel workload: {res.to_json()}; UDP probe: into both {before}, out {after}")
     assert res.errors == 0, res.error_samples
     assert res.read_bytes > 0 and res.written_bytes > 0 and res.small > 0
-    assert pr["lost"] == 0, pr
+    assert before["lost"] == 0 and after["lost"] == 0, (before, after)
 
 
 @pytest.mark.parametrize("family", [4, 6])

@@ -7,6 +7,7 @@ from the state file and by sweeping the `czemu-` prefix, and works after a crash
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -113,7 +114,7 @@ def is_announcing(gw: Gateway, active: ActiveSet) -> bool:
 
 def build_ops(p: Plan, active: ActiveSet) -> list[Op]:
     """Every operation of `up`, in order (fast-path attach excluded: it is optional)."""
-    ops: list[Op] = [op for op in netns.plan_namespaces(p)]
+    ops: list[Op] = list(netns.plan_namespaces(p))
     for link in p.links:
         ops += netns.plan_link(link)
     ops += _host_ops(p)
@@ -358,10 +359,8 @@ def _kill_pids(pids: list[int], sleep: Sleep) -> None:
             return
         sleep(0.1)
     for pid in alive:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def _exists(pid: int) -> bool:

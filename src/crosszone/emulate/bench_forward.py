@@ -1,0 +1,371 @@
+"""`crosszone bench forward`: MTU-size VXLAN through one gateway of each kind, same generator.
+
+Path, rebuilt for every row so that rows share nothing:
+
+    czbench-gen  g0 ==veth==  c0  czbench-gw  s0 ==veth==  r0  czbench-sink
+
+- Generator: BPF_PROG_TEST_RUN in live-frames mode (batch 64) of a cz_floor-like XDP_TX program
+  (bench_bpf.GEN_C: it rewrites the headers, then XDP_TX) with ingress g0: every iteration
+  transmits the original frame out of g0 into the gateway's c0. The process is pinned to one
+  CPU; the veth hands frames on in softirq on that CPU, so the generator, the gateway and the
+  sink all run on it, and its busy time per forwarded packet (/proc/stat) is the cost of one
+  packet end to end; `gateway_ns_per_pkt` subtracts the generator row's cost (generate + drop).
+- Gateway: legacy (VXLAN device + nftables translation + routing, as in the emulator), crosszone
+  (`crosszone fastpath attach` with an intent for this path) or floor (strip 50 bytes, rewrite
+  MACs, redirect: nothing forwards for less on this path).
+- Sink: an XDP program on r0 (bench_bpf.py) that validates and counts good, corrupted and
+  misrouted frames.
+- Generator's own rate: the same generator into a c0 that runs XDP_DROP.
+
+Legacy's c0 runs GRO (a NIC's default; it also gives the veth the NAPI context that an XDP_TX
+into it needs), so the kernel path gets every help it would have on a real box.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import struct
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from crosszone.emulate import bench_bpf
+from crosszone.emulate.crosszone_gateway import crosszone_bin
+
+GEN, GW, SINK = "czbench-gen", "czbench-gw", "czbench-sink"
+PIN = Path("/sys/fs/bpf/czbench")
+BUILD = Path(__file__).resolve().parents[3] / "build"
+MAC = {"g0": "02:b0:00:00:00:01", "c0": "02:b0:00:00:00:02",
+       "s0": "02:b0:00:00:01:02", "r0": "02:b0:00:00:01:01",
+       "host": "02:b0:00:00:0a:01", "router": "02:b0:00:00:0a:fe"}
+HOST_VTEP, ANYCAST, VNI = "10.1.1.2", "10.0.0.100", 1001
+INNER_SRC, FACING_SRC, STORAGE_DST = "192.168.1.10", "100.64.1.10", "172.16.0.11"
+UDP_DPORT = 9
+FRAME_BYTES = 1514  # outer Ethernet frame (no FCS): outer IPv4 packet of 1500 bytes
+CHUNK = 50_000
+
+
+def _ip(*argv: str, check: bool = True) -> None:
+    res = subprocess.run(["ip", *argv], capture_output=True, text=True, check=False)
+    if check and res.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(argv)}: {res.stderr.strip()}")
+
+
+def _in(ns: str, *argv: str, stdin: str | None = None) -> None:
+    res = subprocess.run(["ip", "netns", "exec", ns, *argv], input=stdin, capture_output=True,
+                         text=True, check=False)
+    if res.returncode != 0:
+        raise RuntimeError(f"{ns}: {' '.join(argv)}: {res.stderr.strip()}")
+
+
+def _mac_bytes(mac: str) -> bytes:
+    return bytes(int(x, 16) for x in mac.split(":"))
+
+
+def _csum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+def _ipv4(src: str, dst: str, proto: int, payload: bytes, ttl: int = 64) -> bytes:
+    a, b = bytes(map(int, src.split("."))), bytes(map(int, dst.split(".")))
+    hdr = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(payload), 0, 0x4000, ttl, proto, 0, a, b)
+    return hdr[:10] + struct.pack("!H", _csum(hdr)) + hdr[12:] + payload
+
+
+def _udp(src: str, dst: str, sport: int, dport: int, payload: bytes) -> bytes:
+    a, b = bytes(map(int, src.split("."))), bytes(map(int, dst.split(".")))
+    hdr = struct.pack("!HHHH", sport, dport, 8 + len(payload), 0)
+    pseudo = a + b + struct.pack("!BBH", 0, 17, 8 + len(payload))
+    c = _csum(pseudo + hdr + payload) or 0xFFFF
+    return hdr[:6] + struct.pack("!H", c) + payload
+
+
+def bench_frame(frame_bytes: int = FRAME_BYTES) -> bytes:
+    """The generator's frame: VXLAN from the host VTEP to the anycast VTEP, outer UDP checksum
+    0 (RFC 7348, and what Linux VTEPs send), inner UDP with a full checksum and a pattern."""
+    inner_ip_len = frame_bytes - 14 - 50
+    n = inner_ip_len - 28
+    words = b"".join(struct.pack("!I", bench_bpf.PAYLOAD_MAGIC ^ k) for k in range(n // 4 + 1))
+    inner = (_mac_bytes(MAC["router"]) + _mac_bytes(MAC["host"]) + b"\x08\x00"
+             + _ipv4(INNER_SRC, STORAGE_DST, 17,
+                     _udp(INNER_SRC, STORAGE_DST, 40000, UDP_DPORT, words[:n])))
+    vxlan = struct.pack("!II", 0x08000000, VNI << 8) + inner
+    outer_udp = struct.pack("!HHHH", 49152, 4789, 8 + len(vxlan), 0) + vxlan
+    outer = _ipv4(HOST_VTEP, ANYCAST, 17, outer_udp, ttl=63)
+    frame = _mac_bytes(MAC["c0"]) + _mac_bytes(MAC["g0"]) + b"\x08\x00" + outer
+    assert len(frame) == frame_bytes
+    return frame
+
+
+def intent() -> dict[str, Any]:
+    """The crosszone gateway's intent for the bench path."""
+    return {
+        "version": 1,
+        "gateway": {"name": "bench", "vtep": ANYCAST, "interfaces": [
+            {"name": "c0", "role": "compute", "mac": MAC["c0"], "next_hop_mac": MAC["g0"]},
+            {"name": "s0", "role": "storage", "mac": MAC["s0"]}]},
+        "vpcs": [{"name": "a", "vni": VNI, "prefixes": ["192.168.0.0/16"],
+                  "storage_facing": ["100.64.0.0/16"], "router_mac": MAC["router"],
+                  "storage_pools": ["pool"]}],
+        "hosts": [{"name": "h1", "vpc": "a", "vtep": HOST_VTEP, "addresses": [INNER_SRC],
+                   "mac": MAC["host"]}],
+        "storage_pools": [{"name": "pool", "prefixes": ["172.16.0.0/24"],
+                           "next_hops": [{"name": "r", "interface": "s0", "mac": MAC["r0"]}]}],
+    }
+
+
+LEGACY_NFT = """\
+table ip czgw
+delete table ip czgw
+table ip czgw {
+  counter dropped { }
+  chain gw_prerouting {
+    type filter hook prerouting priority raw; policy accept;
+    iifname "vx-a" ip saddr 192.168.0.0/16 ip saddr set ip saddr & 0.0.255.255 | 100.64.0.0 notrack
+  }
+  chain gw_forward {
+    type filter hook forward priority filter; policy accept;
+    iifname . oifname vmap { "vx-a" . "s0" : accept, "s0" . "vx-a" : accept }
+    counter name "dropped" drop
+  }
+}
+"""
+
+
+def _cpu_busy_ns(cpu: int) -> int:
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith(f"cpu{cpu} "):
+            f = [int(x) for x in line.split()[1:]]
+            busy = f[0] + f[1] + f[2] + f[5] + f[6] + (f[7] if len(f) > 7 else 0)
+            return busy * 10_000_000  # USER_HZ = 100
+    raise RuntimeError(f"no cpu{cpu} in /proc/stat")
+
+
+@dataclass
+class Path3:
+    """The three namespaces, their ifindexes and the sink's objects."""
+
+    objs: dict[str, Path]
+    sink: Any = None
+    ifindex: dict[str, int] | None = None
+
+
+def _ifindex(ns: str, dev: str) -> int:
+    out = subprocess.run(["ip", "-n", ns, "-j", "link", "show", dev], capture_output=True,
+                         text=True, check=True).stdout
+    return int(json.loads(out)[0]["ifindex"])
+
+
+def teardown() -> None:
+    """Remove the bench's namespaces and pins (idempotent)."""
+    subprocess.run([crosszone_bin(), "fastpath", "detach", "--pin-dir", str(PIN / "gw")],
+                   capture_output=True, check=False)
+    for ns in (GEN, GW, SINK):
+        _ip("netns", "del", ns, check=False)
+    shutil.rmtree(PIN, ignore_errors=True)
+
+
+@contextmanager
+def bench_path(kind: str, objs: dict[str, Path]) -> Iterator[dict[str, Any]]:
+    """Build the path for one row; yields the sink's counter map and the generator's ifindex."""
+    from crosszone.fastpath.libbpf import BpfObject, xdp_attach
+    from crosszone.fastpath.netns import in_netns
+
+    teardown()
+    for ns in (GEN, GW, SINK):
+        _ip("netns", "add", ns)
+        _in(ns, "ip", "link", "set", "lo", "up")
+    held: list[Any] = []
+    try:
+        _ip("link", "add", "name", "g0", "netns", GEN, "address", MAC["g0"], "type", "veth",
+            "peer", "name", "c0", "netns", GW, "address", MAC["c0"])
+        _ip("link", "add", "name", "s0", "netns", GW, "address", MAC["s0"], "type", "veth",
+            "peer", "name", "r0", "netns", SINK, "address", MAC["r0"])
+        for ns, dev in ((GEN, "g0"), (GW, "c0"), (GW, "s0"), (SINK, "r0")):
+            _in(ns, "ip", "link", "set", dev, "up")
+        # Sink first: a redirect into s0 needs an XDP program on its peer r0.
+        sink = BpfObject.open(objs["sink"])
+        held.append(sink)
+        expect_src = INNER_SRC if kind == "floor" else FACING_SRC
+        sink.map("expect").update(struct.pack("<I", 0), _expect(expect_src))
+        with in_netns(SINK):
+            xdp_attach(_ifindex(SINK, "r0"), sink.program("cz_bench_sink").fd)
+        if kind == "floor":
+            fwd = BpfObject.open(objs["floor_fwd"])
+            held.append(fwd)
+            cfg = struct.pack("<I6s6s", _ifindex(GW, "s0"), _mac_bytes(MAC["r0"]),
+                              _mac_bytes(MAC["s0"]))
+            fwd.map("fwd_cfg").update(struct.pack("<I", 0), cfg)
+            with in_netns(GW):
+                xdp_attach(_ifindex(GW, "c0"), fwd.program("cz_bench_fwd").fd)
+        elif kind == "generator":
+            drop = BpfObject.open(BUILD / "xdp_drop.o")
+            held.append(drop)
+            with in_netns(GW):
+                xdp_attach(_ifindex(GW, "c0"), drop.program("cz_drop").fd)
+        elif kind == "crosszone":
+            d = Path(tempfile.mkdtemp(prefix="czbench-"))
+            (d / "intent.yaml").write_text(yaml.safe_dump(intent(), sort_keys=False))
+            PIN.mkdir(parents=True, exist_ok=True)
+            res = subprocess.run([crosszone_bin(), "fastpath", "attach", "--netns", GW,
+                                  "--intent", str(d / "intent.yaml"), "--pin-dir",
+                                  str(PIN / "gw")], capture_output=True, text=True, check=False)
+            shutil.rmtree(d, ignore_errors=True)
+            if res.returncode != 0:
+                raise RuntimeError(f"fastpath attach: {res.stderr.strip()[-400:]}")
+        else:
+            _legacy(objs)
+        yield {"counts": sink.map("counts"), "g0": _ifindex(GEN, "g0")}
+    finally:
+        for obj in held:
+            obj.close()
+        teardown()
+
+
+def _expect(src: str) -> bytes:
+    return struct.pack("<4s4s6sH", bytes(map(int, src.split("."))),
+                       bytes(map(int, STORAGE_DST.split("."))), _mac_bytes(MAC["r0"]), UDP_DPORT)
+
+
+def _legacy(objs: dict[str, Path]) -> None:
+    """The kernel gateway of the emulator on this path (one VPC, one host, one next hop)."""
+    for s in ("net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0",
+              "net.ipv4.conf.default.rp_filter=0"):
+        _in(GW, "sysctl", "-qw", s)
+    _in(GW, "ip", "addr", "add", f"{ANYCAST}/32", "dev", "lo")
+    _in(GW, "ip", "addr", "add", "10.10.1.2/24", "dev", "c0")
+    _in(GW, "ip", "addr", "add", "10.20.1.2/24", "dev", "s0")
+    _in(GW, "ip", "link", "add", "vx-a", "address", MAC["router"], "type", "vxlan", "id",
+        str(VNI), "local", ANYCAST, "dstport", "4789", "nolearning")
+    _in(GW, "ip", "link", "set", "vx-a", "up")
+    _in(GW, "ip", "route", "add", HOST_VTEP, "via", "10.10.1.1", "dev", "c0")
+    _in(GW, "ip", "neigh", "replace", "10.10.1.1", "lladdr", MAC["g0"], "dev", "c0",
+        "nud", "permanent")
+    _in(GW, "ip", "route", "add", "172.16.0.0/24", "via", "10.20.1.1", "dev", "s0")
+    _in(GW, "ip", "neigh", "replace", "10.20.1.1", "lladdr", MAC["r0"], "dev", "s0",
+        "nud", "permanent")
+    _in(GW, "nft", "-f", "-", stdin=LEGACY_NFT)
+    _in(GW, "ethtool", "-K", "c0", "gro", "on")
+
+
+def _sum_counts(counts: Any) -> list[int]:
+    out = []
+    for k in range(4):
+        vals = counts.lookup_percpu(struct.pack("<I", k))
+        out.append(sum(struct.unpack("<Q", v[:8])[0] for v in vals))
+    return out
+
+
+def run_row(kind: str, objs: dict[str, Path], seconds: float, cpu: int,
+            frame: bytes) -> dict[str, Any]:
+    """Measure one row: forwarded pps at the sink, busy ns of the pinned CPU per packet."""
+    from crosszone.fastpath.libbpf import BPF_F_TEST_XDP_LIVE_FRAMES, BpfObject, xdp_ctx
+    from crosszone.fastpath.netns import in_netns
+
+    gen = BpfObject.open(objs["gen"])
+    prog = gen.program("cz_bench_gen")
+    gen.map("gen_hdr").update(struct.pack("<I", 0), frame[:bench_bpf.GEN_HEADER_BYTES])
+    try:
+        with bench_path(kind, objs) as path:
+            ctx = xdp_ctx(path["g0"])
+
+            def burst(n: int) -> None:
+                with in_netns(GEN):
+                    prog.test_run(frame, ctx=ctx, repeat=n, flags=BPF_F_TEST_XDP_LIVE_FRAMES,
+                                  batch_size=64)
+
+            burst(20_000)  # warm-up: caches, neighbour entries, NAPI
+            time.sleep(0.1)
+            c0 = _sum_counts(path["counts"])
+            others = [c for c in range(os.cpu_count() or 1) if c != cpu]
+            other0 = sum(_cpu_busy_ns(c) for c in others)
+            busy0, t0 = _cpu_busy_ns(cpu), time.monotonic()
+            sent = 0
+            while time.monotonic() - t0 < seconds:
+                burst(CHUNK)
+                sent += CHUNK
+            elapsed = time.monotonic() - t0
+            busy = _cpu_busy_ns(cpu) - busy0
+            other = sum(_cpu_busy_ns(c) for c in others) - other0
+            time.sleep(0.05)
+            c1 = _sum_counts(path["counts"])
+    finally:
+        gen.close()
+    good, corrupted, misrouted, _other = (b - a for a, b in zip(c0, c1, strict=True))
+    delivered = good if kind != "generator" else sent
+    pps = delivered / elapsed
+    return {
+        "gateway": kind,
+        "packet_bytes": len(frame),
+        "pps": round(pps),
+        "gbps": round(pps * len(frame) * 8 / 1e9, 3),
+        "cpu_ns_per_pkt": round(busy / delivered, 1) if delivered else None,
+        "corrupted": corrupted,
+        "misrouted": misrouted,
+        "offered_pps": round(sent / elapsed),
+        "cpu_busy": round(busy / (elapsed * 1e9), 3),
+        # The other CPUs' busy share over the run: the bench's work stays on its CPU, so this
+        # is the rest of the box (other tenants); it is not counted in cpu_ns_per_pkt.
+        "other_cpus_busy": round(other / (elapsed * 1e9), 3),
+        "seconds": round(elapsed, 2),
+    }
+
+
+def run_bench(seconds: float = 3.0, cpu: int | None = None,
+              emit: Callable[[dict[str, Any]], None] = lambda r: print(json.dumps(r)),
+              kinds: tuple[str, ...] = ("generator", "floor", "crosszone", "legacy")
+              ) -> list[dict[str, Any]]:
+    """All rows, then a summary line with the ratios and the conditions."""
+    ncpu = os.cpu_count() or 1
+    cpu = (ncpu - 1) if cpu is None else cpu
+    os.sched_setaffinity(0, {cpu})
+    rows = []
+    frame = bench_frame()
+    with tempfile.TemporaryDirectory(prefix="czbench-bpf-") as d:
+        objs = bench_bpf.compile_programs(Path(d))
+        gen_ns = None
+        for kind in kinds:
+            row = run_row(kind, objs, seconds, cpu, frame)
+            if kind == "generator":
+                gen_ns = row["cpu_ns_per_pkt"]
+            elif gen_ns is not None and row["cpu_ns_per_pkt"] is not None:
+                # What the row costs beyond generating a frame and dropping it at c0.
+                row["gateway_ns_per_pkt"] = round(row["cpu_ns_per_pkt"] - gen_ns, 1)
+            rows.append(row)
+            emit(row)
+    by = {r["gateway"]: r for r in rows}
+    summary: dict[str, Any] = {
+        "summary": True, "kernel": platform.release(), "cpu_model": _cpu_model(),
+        "cpu": cpu, "cpus": ncpu, "load_avg_1m": os.getloadavg()[0],
+        "generator": "BPF_PROG_TEST_RUN live frames, batch 64, XDP_TX (header rewrite)",
+    }
+    if "crosszone" in by and "legacy" in by and by["legacy"]["pps"]:
+        summary["crosszone_over_legacy"] = round(by["crosszone"]["pps"] / by["legacy"]["pps"], 2)
+    if "crosszone" in by and "floor" in by and by["floor"]["pps"]:
+        summary["crosszone_over_floor"] = round(by["crosszone"]["pps"] / by["floor"]["pps"], 3)
+    if "generator" in by and "floor" in by and by["floor"]["pps"]:
+        summary["generator_over_floor"] = round(by["generator"]["pps"] / by["floor"]["pps"], 2)
+    emit(summary)
+    return rows
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()

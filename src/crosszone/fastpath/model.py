@@ -135,6 +135,23 @@ def _route(idx: _Index, vpc: Vpc, dst: bytes) -> Route | None:
     return None
 
 
+def _next_hop(
+    p: _Packet, vpc: Vpc, src: bytes, dst: bytes, ports: bytes, proto: int
+) -> tuple[Nexthop, Port]:
+    """Route, action (cz_route_forwards) and ECMP member, or the verdict that stops the packet."""
+    r = _route(p.idx, vpc, dst)
+    if r is None:
+        raise _drop(Reason.DROP_ROUTE_MISS)
+    if r.action == layout.CZ_ACT_BLACKHOLE:
+        raise _drop(Reason.DROP_ROUTE_BLACKHOLE)
+    if r.action != layout.CZ_ACT_FORWARD:
+        raise _pass(Reason.PASS_ROUTE_SLOWPATH)
+    picked = _ecmp(p.idx, r.group, flow_hash(src, dst, ports, proto))
+    if picked is None:
+        raise _drop(Reason.DROP_NO_NEXTHOP)
+    return picked
+
+
 def _ecmp(idx: _Index, group: int, h: int) -> tuple[Nexthop, Port] | None:
     """cz_ecmp_pick."""
     g = idx.groups.get(group)
@@ -252,17 +269,7 @@ def _inner4(p: _Packet, vpc: Vpc, off: int, avail: int) -> _Verdict:
     l4 = _l4(pkt, off + 20, proto, tot - 20, False)
     if l4 is None:
         raise _drop(Reason.DROP_INNER_MALFORMED)
-    r = _route(p.idx, vpc, dst)
-    if r is None:
-        raise _drop(Reason.DROP_ROUTE_MISS)
-    if r.action == layout.CZ_ACT_BLACKHOLE:
-        raise _drop(Reason.DROP_ROUTE_BLACKHOLE)
-    if r.action != layout.CZ_ACT_FORWARD:
-        raise _pass(Reason.PASS_ROUTE_SLOWPATH)
-    picked = _ecmp(p.idx, r.group, flow_hash(src, dst, l4[1], proto))
-    if picked is None:
-        raise _drop(Reason.DROP_NO_NEXTHOP)
-    nh, port = picked
+    nh, port = _next_hop(p, vpc, src, dst, l4[1], proto)
     check = int.from_bytes(pkt[off + 10 : off + 12], "big")
     if not vpc.identity:
         assert vpc.sf4 is not None
@@ -304,17 +311,7 @@ def _inner6(p: _Packet, vpc: Vpc, off: int, avail: int) -> _Verdict:
     l4 = _l4(pkt, off + 40, nexthdr, plen, True)
     if l4 is None:
         raise _drop(Reason.DROP_INNER_MALFORMED)
-    r = _route(p.idx, vpc, dst)
-    if r is None:
-        raise _drop(Reason.DROP_ROUTE_MISS)
-    if r.action == layout.CZ_ACT_BLACKHOLE:
-        raise _drop(Reason.DROP_ROUTE_BLACKHOLE)
-    if r.action != layout.CZ_ACT_FORWARD:
-        raise _pass(Reason.PASS_ROUTE_SLOWPATH)
-    picked = _ecmp(p.idx, r.group, flow_hash(src, dst, l4[1], nexthdr))
-    if picked is None:
-        raise _drop(Reason.DROP_NO_NEXTHOP)
-    nh, port = picked
+    nh, port = _next_hop(p, vpc, src, dst, l4[1], nexthdr)
     if not vpc.identity:
         assert vpc.sf6 is not None
         new = _translate(src, vpc.prefix6, vpc.sf6)

@@ -79,6 +79,23 @@ static __always_inline int cz_encap(struct xdp_md *ctx, __u32 l3_off, __u64 len,
 	return 0;
 }
 
+/* The host behind a translated destination and the compute port; -1 with the verdict set. */
+static __always_inline int cz_reply_egress(struct cz_verdict *v, const struct cz_host_key *hk,
+					   __u32 port_id, struct cz_host **host, struct cz_port **port)
+{
+	*host = bpf_map_lookup_elem(&hosts, hk);
+	if (!*host) {
+		cz_set(v, XDP_DROP, CZ_R_DROP_HOST_UNKNOWN);
+		return -1;
+	}
+	*port = bpf_map_lookup_elem(&ports, &port_id);
+	if (!*port || !(*port)->ifindex) {
+		cz_set(v, XDP_DROP, CZ_R_DROP_NO_NEXTHOP);
+		return -1;
+	}
+	return 0;
+}
+
 static __always_inline void cz_reply4(struct xdp_md *ctx, const struct cz_config *cfg,
 				      const struct cz_sf *sf, __u32 l3_off, __u64 len,
 				      struct cz_verdict *v)
@@ -108,13 +125,11 @@ static __always_inline void cz_reply4(struct xdp_md *ctx, const struct cz_config
 	__u32 to = (from & ~*(__u32 *)sf->mask) | *(__u32 *)sf->prefix;
 	struct cz_host_key hk = { .vpc_id = sf->vpc_id, .family = 4 };
 	*(__u32 *)hk.addr = to;
-	struct cz_host *host = bpf_map_lookup_elem(&hosts, &hk);
-	if (!host)
-		CZ_DROP(v, CZ_R_DROP_HOST_UNKNOWN);
+	struct cz_host *host;
+	struct cz_port *port;
 	__u32 port_id = cfg->compute_port;
-	struct cz_port *port = bpf_map_lookup_elem(&ports, &port_id);
-	if (!port || !port->ifindex)
-		CZ_DROP(v, CZ_R_DROP_NO_NEXTHOP);
+	if (cz_reply_egress(v, &hk, port_id, &host, &port))
+		return;
 
 	struct cz_encap e = {
 		.cfg = cfg, .port = port, .host = host, .sf = sf,
@@ -168,13 +183,11 @@ static __always_inline void cz_reply6(struct xdp_md *ctx, const struct cz_config
 		to[i] = (from[i] & ~m[i]) | p[i];
 	struct cz_host_key hk = { .vpc_id = sf->vpc_id, .family = 6 };
 	__builtin_memcpy(hk.addr, to, 16);
-	struct cz_host *host = bpf_map_lookup_elem(&hosts, &hk);
-	if (!host)
-		CZ_DROP(v, CZ_R_DROP_HOST_UNKNOWN);
+	struct cz_host *host;
+	struct cz_port *port;
 	__u32 port_id = cfg->compute_port;
-	struct cz_port *port = bpf_map_lookup_elem(&ports, &port_id);
-	if (!port || !port->ifindex)
-		CZ_DROP(v, CZ_R_DROP_NO_NEXTHOP);
+	if (cz_reply_egress(v, &hk, port_id, &host, &port))
+		return;
 
 	__u8 tc = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
 	struct cz_encap e = {

@@ -28,6 +28,21 @@ struct cz_vxlanhdr {
 	__u8 reserved2;
 };
 
+/* A route's action as a verdict: 1 = forward; otherwise the verdict is set (miss, blackhole or
+ * slow path) and the caller stops. */
+static __always_inline int cz_route_forwards(struct cz_verdict *v, const struct cz_route *r)
+{
+	if (!r)
+		cz_set(v, XDP_DROP, CZ_R_DROP_ROUTE_MISS);
+	else if (r->action == CZ_ACT_BLACKHOLE)
+		cz_set(v, XDP_DROP, CZ_R_DROP_ROUTE_BLACKHOLE);
+	else if (r->action != CZ_ACT_FORWARD)
+		cz_set(v, XDP_PASS, CZ_R_PASS_ROUTE_SLOWPATH);
+	else
+		return 1;
+	return 0;
+}
+
 /* Strips everything before the inner Ethernet header and writes its MACs. */
 static __always_inline int cz_decap(struct xdp_md *ctx, __u32 inner_eth_off,
 				    const struct cz_egress *eg)
@@ -72,12 +87,8 @@ static __always_inline void cz_inner4(struct xdp_md *ctx, const struct cz_vpc *v
 		CZ_DROP(v, CZ_R_DROP_INNER_MALFORMED);
 
 	struct cz_route *r = cz_route4(vpc, ip->daddr);
-	if (!r)
-		CZ_DROP(v, CZ_R_DROP_ROUTE_MISS);
-	if (r->action == CZ_ACT_BLACKHOLE)
-		CZ_DROP(v, CZ_R_DROP_ROUTE_BLACKHOLE);
-	if (r->action != CZ_ACT_FORWARD)
-		CZ_PASS(v, CZ_R_PASS_ROUTE_SLOWPATH);
+	if (!cz_route_forwards(v, r))
+		return;
 
 	__u32 h = cz_flow_hash4(ip->saddr, ip->daddr, l4.ports, ip->protocol);
 	struct cz_egress eg;
@@ -144,12 +155,8 @@ static __always_inline void cz_inner6(struct xdp_md *ctx, const struct cz_vpc *v
 		CZ_DROP(v, CZ_R_DROP_INNER_MALFORMED);
 
 	struct cz_route *r = cz_route6(vpc, dst);
-	if (!r)
-		CZ_DROP(v, CZ_R_DROP_ROUTE_MISS);
-	if (r->action == CZ_ACT_BLACKHOLE)
-		CZ_DROP(v, CZ_R_DROP_ROUTE_BLACKHOLE);
-	if (r->action != CZ_ACT_FORWARD)
-		CZ_PASS(v, CZ_R_PASS_ROUTE_SLOWPATH);
+	if (!cz_route_forwards(v, r))
+		return;
 
 	__u32 h = cz_flow_hash6(src, dst, l4.ports, ip6->nexthdr);
 	struct cz_egress eg;

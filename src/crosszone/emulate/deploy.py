@@ -21,7 +21,6 @@ from crosszone.emulate import frr, legacy_gateway, netns, storage
 from crosszone.emulate import state as st
 from crosszone.emulate.netns import Executor, Op, in_ns
 from crosszone.emulate.topology import (
-    INNER_MTU,
     PIN_ROOT,
     PREFIX,
     RUN_DIR,
@@ -57,12 +56,12 @@ def _host_ops(p: Plan) -> list[Op]:
         for ep in h.endpoints:
             vx, br = legacy_gateway.vxlan_name(ep.vpc), f"br-{ep.vpc.name}"
             ops += [
-                in_ns(h.ns, "ip", "link", "add", br, "mtu", str(INNER_MTU), "type", "bridge",
+                in_ns(h.ns, "ip", "link", "add", br, "mtu", str(p.inner_mtu), "type", "bridge",
                       check=False),
                 in_ns(h.ns, "ip", "link", "del", vx, check=False),
                 # `remote` = anycast: unknown destinations (the VPC router MAC included) are
                 # tunnelled to the gateways; the routers pick a gateway by ECMP.
-                in_ns(h.ns, "ip", "link", "add", vx, "mtu", str(INNER_MTU), "type", "vxlan",
+                in_ns(h.ns, "ip", "link", "add", vx, "mtu", str(p.inner_mtu), "type", "vxlan",
                       "id", str(ep.vpc.vni), "local", h.vtep, "remote", str(p.spec.anycast_vtep),
                       "dstport", str(legacy_gateway.VXLAN_PORT), "nolearning"),
                 in_ns(h.ns, "ip", "link", "set", vx, "master", br),

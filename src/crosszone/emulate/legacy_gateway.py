@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 
 from crosszone.emulate.netns import Op, in_ns
-from crosszone.emulate.topology import INNER_MTU, Gateway, Plan, VpcSpec, router_mac
+from crosszone.emulate.topology import Gateway, Plan, VpcSpec, router_mac
 
 VXLAN_PORT = 4789
 TABLE_BASE = 1000  # routing table and fwmark of VPC number v: TABLE_BASE + v
@@ -106,7 +106,7 @@ def plan_legacy(p: Plan, gw: Gateway) -> list[Op]:
             # nolearning: the host table is configuration, not learned from tunnel traffic, the
             # same as the fast path's host map. The MAC is the VPC's virtual router MAC, which
             # is the inner destination MAC the hosts send to and the source MAC of replies.
-            in_ns(ns, "ip", "link", "add", dev, "address", router_mac(v), "mtu", str(INNER_MTU),
+            in_ns(ns, "ip", "link", "add", dev, "address", router_mac(v), "mtu", str(p.inner_mtu),
                   "type", "vxlan", "id", str(vpc.vni), "local", str(p.spec.anycast_vtep),
                   "dstport", str(VXLAN_PORT), "nolearning"),
             in_ns(ns, "ip", "link", "set", dev, "up"),

@@ -34,6 +34,7 @@ GATEWAY_AS = 65100
 # Compute-zone links carry VXLAN: 50 bytes of outer headers over a 1500-byte inner MTU.
 UNDERLAY_MTU = 1550
 INNER_MTU = 1500
+VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
 
 GatewayKind = Literal["legacy", "crosszone"]
 ActiveSet = Literal["legacy", "crosszone", "both"]
@@ -104,6 +105,9 @@ class TopologySpec(_Strict):
     anycast_vtep: ipaddress.IPv4Address = ipaddress.IPv4Address("10.0.0.100")
     active: ActiveSet = "legacy"
     bfd: BfdSpec = BfdSpec()
+    # MTU of the compute-zone links that carry VXLAN; everything inside a VPC and the storage
+    # zone gets 50 bytes less (the outer headers), e.g. 9000 -> 8950.
+    underlay_mtu: int = Field(default=UNDERLAY_MTU, ge=1330, le=9000)
 
     @field_validator("vpcs")
     @classmethod
@@ -227,6 +231,16 @@ class Plan:
         names.extend(s.ns for s in self.storage_nodes)
         return tuple(names)
 
+    @property
+    def underlay_mtu(self) -> int:
+        """MTU of the compute-zone (VXLAN-carrying) links."""
+        return self.spec.underlay_mtu
+
+    @property
+    def inner_mtu(self) -> int:
+        """MTU inside the VPCs and in the storage zone (underlay minus the VXLAN headers)."""
+        return self.spec.underlay_mtu - VXLAN_OVERHEAD
+
     def gateways_of(self, kind: GatewayKind) -> tuple[Gateway, ...]:
         return tuple(g for g in self.gateways if g.kind == kind)
 
@@ -268,6 +282,7 @@ def parse(raw: object, source: str = "<topology>") -> TopologySpec:
 def plan(spec: TopologySpec) -> Plan:
     """Derive every name, address and MAC of the deployment from the spec."""
     cr, sr = f"{PREFIX}cr", f"{PREFIX}sr"
+    under, inner_mtu = spec.underlay_mtu, spec.underlay_mtu - VXLAN_OVERHEAD
     links: list[Link] = []
     hosts: list[Host] = []
     for i in range(1, spec.hosts + 1):
@@ -275,7 +290,7 @@ def plan(spec: TopologySpec) -> Plan:
         vtep = f"10.1.{i}.2"
         links.append(
             Link(hns, "up0", _mac(0x01, i, 2), f"{vtep}/24",
-                 cr, f"h{i}", _mac(0x01, i, 1), f"10.1.{i}.1/24", UNDERLAY_MTU)
+                 cr, f"h{i}", _mac(0x01, i, 1), f"10.1.{i}.1/24", under)
         )
         eps = []
         for v, vpc in enumerate(spec.vpcs, start=1):
@@ -296,7 +311,7 @@ def plan(spec: TopologySpec) -> Plan:
             # The endpoint side is a plain NIC; the host side is a bridge port of the vSwitch.
             links.append(
                 Link(ep.ns, "eth0", ep.mac, f"{addr}/{vpc.prefix.prefixlen}",
-                     hns, f"ep-{vpc.name}", _mac(0xE0 + v, i, 0x11), None, INNER_MTU,
+                     hns, f"ep-{vpc.name}", _mac(0xE0 + v, i, 0x11), None, inner_mtu,
                      a_addr6=f"{addr6}/{vpc.prefix6.prefixlen}" if vpc.prefix6 else None)
             )
         hosts.append(Host(i, hns, vtep, tuple(eps)))
@@ -318,9 +333,9 @@ def plan(spec: TopologySpec) -> Plan:
         )
         gateways.append(gw)
         links.append(Link(gw.ns, "c0", gw.compute_mac, f"{gw.compute_addr}/24",
-                          cr, f"g{k}", gw.compute_peer_mac, f"{gw.compute_peer}/24", UNDERLAY_MTU))
+                          cr, f"g{k}", gw.compute_peer_mac, f"{gw.compute_peer}/24", under))
         links.append(Link(gw.ns, "s0", gw.storage_mac, f"{gw.storage_addr}/24",
-                          sr, f"g{k}", gw.storage_peer_mac, f"{gw.storage_peer}/24", INNER_MTU,
+                          sr, f"g{k}", gw.storage_peer_mac, f"{gw.storage_peer}/24", inner_mtu,
                           a_addr6=f"{gw.storage_addr6}/64", b_addr6=f"{gw.storage_peer6}/64"))
 
     subnet, subnet6 = spec.storage.subnet, spec.storage.subnet6
@@ -331,7 +346,7 @@ def plan(spec: TopologySpec) -> Plan:
         node = StorageNode(f"st{j}", f"{PREFIX}st{j}", addr, _mac(0x30, j, 2), addr6)
         nodes.append(node)
         links.append(Link(node.ns, "eth0", node.mac, f"{addr}/{subnet.prefixlen}",
-                          sr, f"st{j}", _mac(0x30, j, 1), None, INNER_MTU,
+                          sr, f"st{j}", _mac(0x30, j, 1), None, inner_mtu,
                           a_addr6=f"{addr6}/{subnet6.prefixlen}"))
     return Plan(
         spec=spec, hosts=tuple(hosts), gateways=tuple(gateways), storage_nodes=tuple(nodes),

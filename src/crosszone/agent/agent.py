@@ -3,7 +3,7 @@
 Restart safety: the maps are pinned under the pin directory, so the fast path forwards while no
 agent runs. A (re)started agent opens the pins, reads what the maps hold, and applies only the
 difference to the desired state: an unchanged intent writes nothing. Stable ids and the last
-applied revision are kept in `<pin_dir>/agent-<gateway>.json`.
+applied revision are kept in a state file (`default_state_file`: /run/crosszone/agent/).
 
 Store unreachable: the maps keep the last applied state; the agent retries with exponential
 backoff (time is injected: `now`, `sleep`), reports `store_up 0` and `health: degraded`.
@@ -12,20 +12,19 @@ backoff (time is injected: `now`, `sleep`), reports `store_up 0` and `health: de
 from __future__ import annotations
 
 import json
+import os
 import socket
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from crosszone.agent.desired import Ids
 from crosszone.agent.metrics import AgentMetrics, FastPathCollector
 from crosszone.agent.reconcile import Applied, Reconciler
 from crosszone.compile.diff import Sink
+from crosszone.control.objects import CORE
 from crosszone.control.store import INTENT, STATUS, Store, StoreUnavailable
 from crosszone.fastpath.reasons import Reason
 
@@ -92,9 +91,13 @@ class Agent:
             m.applied_revision.set(self.rec.revision)
             self.health, self.message = "ok", ""
             if self.state_file is not None and self.rec.ids is not None:
+                self.state_file.parent.mkdir(parents=True, exist_ok=True)
                 tmp = self.state_file.with_suffix(".tmp")
-                tmp.write_text(json.dumps({"revision": self.rec.revision,
-                                           "ids": json.loads(self.rec.ids.to_json())}))
+                # pid and last apply: who wrote this, and what it cost (restart diagnostics)
+                tmp.write_text(json.dumps({
+                    "revision": self.rec.revision, "ids": json.loads(self.rec.ids.to_json()),
+                    "pid": os.getpid(), "last": {"revision": res.revision, "mode": res.mode,
+                                                 "puts": res.puts, "deletes": res.deletes}}))
                 tmp.replace(self.state_file)
 
     def _store_failed(self, exc: Exception) -> None:
@@ -201,14 +204,21 @@ def fastpath_hooks(agent: Agent, maps: Any) -> None:
 
 
 def ensure_attached(store: Store, gateway: str, pin_dir: Path, netns: str | None,
-                    sleep: Callable[[float], None] = time.sleep) -> None:
-    """Load and attach the fast path unless it is pinned already (waits for an intent)."""
+                    sleep: Callable[[float], None] = time.sleep, reattach: bool = False) -> bool:
+    """Load and attach the fast path unless it is pinned already (waits for an intent).
+
+    Never writes a table: the program is loaded over the pinned maps (reused when present,
+    created empty otherwise) and attached to the gateway's interfaces; the agent's first
+    reconcile then writes exactly the difference between those maps and the desired state.
+    With reattach, the program is loaded and attached again even when pinned (an upgrade:
+    the new program takes over the live maps). Returns whether a program was attached."""
+    from crosszone.compile.tables import compile_intent
     from crosszone.control.objects import join_objects
     from crosszone.fastpath import deploy
     from crosszone.intent.cluster import for_gateway
 
-    if (pin_dir / "maps").is_dir() and (pin_dir / "prog").exists():
-        return
+    if not reattach and (pin_dir / "maps").is_dir() and (pin_dir / "prog").exists():
+        return False
     backoff = Backoff()
     while True:
         try:
@@ -218,18 +228,21 @@ def ensure_attached(store: Store, gateway: str, pin_dir: Path, netns: str | None
         except StoreUnavailable:
             pass
         sleep(backoff.next())
-    cluster = join_objects({k[len(INTENT):]: v for k, v in objs.items()})
-    # attach programs what its intent file says; give it the core only (no pool routes):
-    # the first reconcile writes the rest in bulk.
-    core = for_gateway(cluster, gateway, core=True)
-    doc = core.model_dump(mode="json")
-    for k, p in enumerate(doc["storage_pools"]):
-        # Version 1 needs one prefix per pool; the first reconcile deletes these placeholders.
-        p["prefixes"] = [f"240.0.{k // 256}.{k % 256}/32"]
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
-        yaml.safe_dump(doc, fh)
-    deploy.attach(fh.name, pin_dir, netns)
-    Path(fh.name).unlink()
+    # Only the interfaces matter here (write_tables=False), so the core intent (no pool
+    # prefixes) is enough; the chunks are parsed by the reconcile.
+    core = {k[len(INTENT):]: v for k, v in objs.items() if k == INTENT + CORE}
+    tables = compile_intent(for_gateway(join_objects(core), gateway, core=True))
+    deploy.attach_tables(tables, pin_dir, netns, write_tables=False)
+    return True
+
+
+STATE_DIR = Path("/run/crosszone/agent")
+
+
+def default_state_file(pin_dir: Path) -> Path:
+    """Where an agent keeps its state for a pin directory: on tmpfs, like the pins (both go at
+    reboot, together), and not in bpffs, which holds only BPF objects."""
+    return STATE_DIR / (str(pin_dir).strip("/").replace("/", "_") + ".json")
 
 
 def ifindex_in(netns: str | None) -> Callable[[str], int]:

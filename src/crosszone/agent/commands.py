@@ -19,13 +19,26 @@ def agent_cmd(
     metrics: str = typer.Option("127.0.0.1:9470", "--metrics",
                                 help="host:port of the Prometheus endpoint ('' = none)."),
     once: bool = typer.Option(False, "--once", help="Reconcile once and exit."),
+    state_file: Path = typer.Option(None, "--state-file",
+                                    help="Stable ids and last revision (default "
+                                         "/run/crosszone/agent/<pin dir>.json: it lives as "
+                                         "long as the pins, and bpffs holds no plain files)."),
+    reattach: bool = typer.Option(False, "--reattach",
+                                  help="Load and attach the program even if pinned (an "
+                                       "upgrade); the pinned maps are kept."),
 ) -> None:
     """Attach the fast path if needed, then keep its maps equal to the store's intent."""
     import signal
 
     from prometheus_client import start_http_server
 
-    from crosszone.agent.agent import Agent, ensure_attached, fastpath_hooks, ifindex_in
+    from crosszone.agent.agent import (
+        Agent,
+        default_state_file,
+        ensure_attached,
+        fastpath_hooks,
+        ifindex_in,
+    )
     from crosszone.agent.sink import MapSink
     from crosszone.control.store import open_store
     from crosszone.fastpath.deploy import pinned_maps
@@ -34,11 +47,11 @@ def agent_cmd(
     st = open_store(store)
     console = Console(stderr=True)
     console.print(f"agent {gateway}: store {store}, pins {pins}", highlight=False)
-    ensure_attached(st, gateway, pins, netns or None)
+    ensure_attached(st, gateway, pins, netns or None, reattach=reattach)
     maps = pinned_maps(pins)
-    sink = MapSink(maps)
+    sink = MapSink(maps, netns or None)
     agent = Agent(gateway, st, sink, ifindex_in(netns or None),
-                  state_file=pins / f"agent-{gateway}.json", read_actual=sink.read)
+                  state_file=state_file or default_state_file(pins), read_actual=sink.read)
     fastpath_hooks(agent, maps)
     if metrics:
         host, _, port = metrics.rpartition(":")

@@ -83,29 +83,27 @@ class Reconciler:
         self.last_error = f"revision {revision} rejected, keeping revision {self.revision}: {exc}"
         return Applied(revision, "rejected", 0, 0, self.now() - t0, str(exc))
 
-    def plan_full(self, objects: dict[str, bytes]
+    def plan_full(self, objects: dict[str, bytes],
+                  actual: Callable[[Entries], Entries] | None = None
                   ) -> tuple[Cluster, Desired, list[MapOp], dict[str, PrefixSet]]:
-        """Compile objects and diff against the entries (no side effect)."""
+        """Compile objects and diff against the entries (no map write).
+
+        actual, given the desired entries, reads what the maps hold now (after a restart);
+        they then replace the entries this reconciler applied last."""
         chunks = self._chunks_of(objects)
         cluster = join_objects(objects, chunks)
         cluster.gateway(self.gateway)  # KeyError: this gateway is not in the intent
         desired = compile_gateway(cluster, self.gateway, self.ifindex_of, self.ids)
+        if actual is not None:
+            self.entries = actual(desired.entries)
         return cluster, desired, diff_entries(self.entries, desired.entries), chunks
 
     def load(self, objects: dict[str, bytes], revision: int,
              actual: Callable[[Entries], Entries] | None = None) -> Applied:
-        """Reconcile the maps to a complete set of objects at a revision.
-
-        actual, given the desired entries, reads what the maps hold now (after a restart);
-        without it the entries this reconciler applied last are taken as the maps' content."""
+        """Reconcile the maps to a complete set of objects at a revision (see plan_full)."""
         t0 = self.now()
         try:
-            if actual is not None:
-                chunks = self._chunks_of(objects)
-                desired_now = compile_gateway(join_objects(objects, chunks), self.gateway,
-                                              self.ifindex_of, self.ids)
-                self.entries = actual(desired_now.entries)
-            cluster, desired, ops, chunks = self.plan_full(objects)
+            cluster, desired, ops, chunks = self.plan_full(objects, actual)
         except (InvalidIntentError, KeyError) as exc:
             if isinstance(exc, KeyError):
                 exc = InvalidIntentError(f"gateway {self.gateway} is not in the intent",

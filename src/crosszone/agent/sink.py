@@ -3,6 +3,10 @@
 This is the only place the agent touches the kernel's tables: `compile.diff` plans, `MapSink`
 performs. Batches go through bpf_map_update_batch/delete_batch (libbpf falls back to one call per
 entry for map types without batch support, e.g. the devmap).
+
+The devmap (`tx_ports`) is written from inside the gateway's network namespace: the kernel
+resolves a devmap value's ifindex in the namespace of the process that writes it, so a write
+from the root namespace would point the slot at whatever device has that index there.
 """
 
 from __future__ import annotations
@@ -11,17 +15,29 @@ from collections.abc import Iterable
 
 from crosszone.compile.diff import ARRAY_MAPS, MAP_ORDER, Entries, MapOp
 from crosszone.fastpath.maps_io import GatewayMaps
+from crosszone.fastpath.netns import in_netns
+
+#: Maps whose values are ifindexes the kernel resolves in the writer's namespace.
+DEVMAPS = frozenset({"tx_ports"})
 
 
 class MapSink:
     """Apply MapOps to the maps of one gateway."""
 
-    def __init__(self, maps: GatewayMaps) -> None:
+    def __init__(self, maps: GatewayMaps, netns: str | None = None) -> None:
         self.maps = maps
+        self.netns = netns
         self.entries_written = 0
 
     def apply(self, op: MapOp) -> None:
         """Perform one batch."""
+        if op.map in DEVMAPS and self.netns is not None:
+            with in_netns(self.netns):
+                self._apply(op)
+        else:
+            self._apply(op)
+
+    def _apply(self, op: MapOp) -> None:
         m = self.maps.maps[op.map]
         if op.kind == "put":
             if len(op) == 1:

@@ -200,3 +200,55 @@ def test_bad_revision_rejected_last_state_kept() -> None:
 def test_gateway_missing_from_intent_is_rejected() -> None:
     r = Reconciler("gw-z", DictSink(), IFX)
     assert r.load(split_cluster(load_cluster(CLUSTER)), 1).mode == "rejected"
+
+
+def test_vectorised_encoders_match_the_per_entry_ones() -> None:
+    import ipaddress
+
+    from crosszone.compile.diff import encode_hosts, encode_vteps
+    from crosszone.compile.tables import HostEntry
+    from crosszone.fastpath import maps_io as mio
+
+    hosts = [HostEntry(3, ipaddress.ip_address("192.168.1.10"),
+                       ipaddress.IPv4Address("10.1.0.1"), bytes.fromhex("020000010001")),
+             HostEntry(7, ipaddress.ip_address("fd00:a::10"),
+                       ipaddress.IPv4Address("10.1.0.2"), bytes.fromhex("0200000100ff"))]
+    assert encode_hosts(hosts) == dict(mio.encode_host(h) for h in hosts)
+    assert encode_hosts([]) == {}
+    vteps = [(1001, ipaddress.IPv4Address("10.1.0.1")), (1002, ipaddress.IPv4Address("10.9.8.7"))]
+    vpc_of = {1001: 0, 1002: 5}
+    assert encode_vteps(vteps, vpc_of) == {mio.encode_vtep(v, ip): mio._u32(vpc_of[v])
+                                           for v, ip in vteps}
+
+
+def test_member_sorted_and_fast_paths_agree_with_the_slow_ones() -> None:
+    import ipaddress
+
+    import numpy as np
+    import pytest
+
+    from crosszone.intent.prefixes import PrefixError, member_sorted, parse_block
+    from crosszone.intent.schema import _address
+
+    s = np.array([3, 5, 9], np.uint64)
+    keys = np.array([0, 3, 4, 9, 10], np.uint64)
+    assert member_sorted(s, keys).tolist() == np.isin(keys, s).tolist()
+    assert member_sorted(s[:0], keys).tolist() == [False] * 5
+    for text in ("10.0.0.0/8 10.1.0.0/16", "\n 10.0.0.0/8\n"):
+        assert parse_block(text).networks() == [ipaddress.ip_network(t) for t in text.split()]
+    for bad, index in (("10.0.0.0/8 10.0.0.1/8", 1), ("1.2.3.4/32 300.0.0.0/8", 1),
+                       ("1.2.3.4/32 ١.2.3.4/32", 1), ("1.2.3.0/24 x", 1)):
+        with pytest.raises(PrefixError) as exc:
+            parse_block(bad)
+        assert exc.value.index == index, bad
+    for text in ("1.2.3.4", "0.0.0.0", "255.255.255.255", "256.1.1.1", "01.2.3.4", "1.2.3",
+                 "fd00::1", "1.2.3.4 ", "١.2.3.4"):
+        try:
+            want: object = ipaddress.ip_address(text)
+        except ValueError:
+            want = ValueError
+        try:
+            got: object = _address(text)
+        except ValueError:
+            got = ValueError
+        assert got == want, text

@@ -72,11 +72,14 @@ class Reconciler:
         self.rejected = 0
         self.last_error: str | None = None
 
-    def _apply(self, ops: list[MapOp]) -> None:
+    def _apply(self, ops: list[MapOp], track: bool = True) -> None:
+        """Perform ops; track=False when the caller replaces the entries afterwards (a full
+        reconcile: replaying a million puts into a dict is seconds of nothing)."""
         for op in ops:
             self.sink.apply(op)
-            for _ in apply_to(self.entries, [op]):
-                pass
+            if track:
+                for _ in apply_to(self.entries, [op]):
+                    pass
 
     def _reject(self, revision: int, exc: Exception, t0: float) -> Applied:
         self.rejected += 1
@@ -109,7 +112,7 @@ class Reconciler:
                 exc = InvalidIntentError(f"gateway {self.gateway} is not in the intent",
                                          path="store", where="gateways")
             return self._reject(revision, exc, t0)
-        self._apply(ops)
+        self._apply(ops, track=False)
         self.entries = desired.entries
         self.cluster, self.desired, self.ids = cluster, desired, desired.ids
         self.chunks = chunks

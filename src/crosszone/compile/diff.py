@@ -21,14 +21,16 @@ handful of batch syscalls.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 import numpy as np
 
-from crosszone.compile.tables import Tables
+from crosszone.compile.tables import HostEntry, Tables
 from crosszone.fastpath import bloom
+from crosszone.fastpath import layout as L
 from crosszone.fastpath import maps_io as mio
 
 Entries = dict[str, dict[bytes, bytes]]
@@ -68,7 +70,9 @@ class Sink(Protocol):
 
 def split(buf: bytes, size: int) -> list[bytes]:
     """A contiguous buffer of fixed-size records -> the records."""
-    return [buf[i:i + size] for i in range(0, len(buf), size)]
+    if not buf:
+        return []
+    return np.frombuffer(buf, f"V{size}").tolist()  # type: ignore[no-any-return]  # C loop
 
 
 def encode_route_arrays(arr: mio.RouteArrays) -> tuple[str, dict[bytes, bytes]]:
@@ -93,9 +97,9 @@ def encode_tables(t: Tables, extra_routes: Iterable[mio.RouteArrays] = ()) -> En
         e["nexthops"][u32(n.nh_id)] = mio.encode_nexthop(n)
     for g in t.groups:
         e["ecmp_groups"][u32(g.group_id)] = mio.encode_group(g)
-    e["hosts"] = dict(mio.encode_host(h) for h in t.hosts)
+    e["hosts"] = encode_hosts(t.hosts)
     vpc_of = {v.vni: v.vpc_id for v in t.vpcs}
-    e["vtep_allowed"] = {mio.encode_vtep(vni, ip): u32(vpc_of[vni]) for vni, ip in t.vteps}
+    e["vtep_allowed"] = encode_vteps(t.vteps, vpc_of)
     arrays = [mio.RouteArrays.of(sel) for fam in (4, 6)
               if (sel := [r for r in t.routes if r.prefix.version == fam])]
     arrays += list(extra_routes)
@@ -109,11 +113,49 @@ def encode_tables(t: Tables, extra_routes: Iterable[mio.RouteArrays] = ()) -> En
     for sf in t.storage_facing:
         k, v = mio.encode_sf(sf)
         e["sf4" if sf.prefix.version == 4 else "sf6"][k] = v
-    for v in t.vpcs:
-        e["vpcs"][u32(v.vpc_id)] = mio.encode_vpc(v)
-        e["vpc_by_vni"][u32(v.vni)] = u32(v.vpc_id)
+    for vpc in t.vpcs:
+        e["vpcs"][u32(vpc.vpc_id)] = mio.encode_vpc(vpc)
+        e["vpc_by_vni"][u32(vpc.vni)] = u32(vpc.vpc_id)
     e["config"][u32(0)] = mio.encode_config(t)
     return e
+
+
+_HOST_KEY = np.dtype(L.CzHostKey)
+_HOST = np.dtype(L.CzHost)
+
+
+def encode_hosts(hosts: Sequence[HostEntry]) -> dict[bytes, bytes]:
+    """Host entries, encoded with numpy (struct cz_host_key -> struct cz_host, as
+    `maps_io.encode_host` does one at a time: 100k hosts in ~0.2 s instead of ~2 s)."""
+    n = len(hosts)
+    if n == 0:
+        return {}
+    k = np.zeros(n, _HOST_KEY)
+    v = np.zeros(n, _HOST)
+    k["vpc_id"] = np.fromiter((h.vpc_id for h in hosts), np.uint32, n)
+    k["family"] = np.fromiter((h.addr.version for h in hosts), np.uint32, n)
+    k["addr"] = np.frombuffer(b"".join([h.addr.packed.ljust(16, b"\0") for h in hosts]),
+                              np.uint8).reshape(n, 16)
+    v["vtep"] = np.frombuffer(b"".join([h.vtep.packed for h in hosts]), np.uint8).reshape(n, 4)
+    v["mac"] = np.frombuffer(b"".join([h.mac for h in hosts]), np.uint8).reshape(n, 6)
+    return dict(zip(split(k.tobytes(), _HOST_KEY.itemsize), split(v.tobytes(), _HOST.itemsize)))
+
+
+_VTEP_KEY = np.dtype(L.CzVtepKey)
+
+
+def encode_vteps(vteps: Iterable[tuple[int, ipaddress.IPv4Address]], vpc_of: dict[int, int]
+                 ) -> dict[bytes, bytes]:
+    """Allowed (VNI, VTEP) -> VPC id entries, encoded with numpy (`maps_io.encode_vtep`)."""
+    pairs = list(vteps)
+    n = len(pairs)
+    if n == 0:
+        return {}
+    k = np.zeros(n, _VTEP_KEY)
+    k["vni"] = np.fromiter((vni for vni, _ in pairs), np.uint32, n)
+    k["vtep"] = np.frombuffer(b"".join([ip.packed for _, ip in pairs]), np.uint8).reshape(n, 4)
+    ids = np.fromiter((vpc_of[vni] for vni, _ in pairs), "<u4", n)
+    return dict(zip(split(k.tobytes(), _VTEP_KEY.itemsize), split(ids.tobytes(), 4)))
 
 
 def bloom_entries(hashes: np.ndarray) -> dict[bytes, bytes]:
@@ -122,26 +164,23 @@ def bloom_entries(hashes: np.ndarray) -> dict[bytes, bytes]:
     return dict(zip(split(idx.astype("<u4").tobytes(), 4), split(bits.astype("<u8").tobytes(), 8)))
 
 
-def _or(a: bytes, b: bytes) -> bytes:
-    return (int.from_bytes(a, "little") | int.from_bytes(b, "little")).to_bytes(8, "little")
-
-
 def diff_bloom(old: dict[bytes, bytes], new: dict[bytes, bytes]
                ) -> tuple[MapOp | None, MapOp | None]:
-    """(bits to add first, words to narrow last) for the route Bloom filter."""
+    """(bits to add first, words to narrow last) for the route Bloom filter (numpy: a million
+    routes set ~900k words)."""
+    if not new:
+        return None, None
+    keys = list(new)
     zero = bytes(8)
-    add_k, add_v, cut_k, cut_v = [], [], [], []
-    for k, v in new.items():
-        cur = old.get(k, zero)
-        both = _or(cur, v)
-        if both != cur:
-            add_k.append(k)
-            add_v.append(both)
-        if both != v:
-            cut_k.append(k)
-            cut_v.append(v)
-    return (MapOp("put", BLOOM, add_k, add_v) if add_k else None,
-            MapOp("put", BLOOM, cut_k, cut_v) if cut_k else None)
+    nv = np.frombuffer(b"".join(new.values()), "<u8")
+    ov = np.frombuffer(b"".join([old.get(k, zero) for k in keys]), "<u8")
+    both = ov | nv
+    add = np.flatnonzero(both != ov)
+    cut = np.flatnonzero(both != nv)
+    return (MapOp("put", BLOOM, [keys[i] for i in add.tolist()],
+                  split(both[add].astype("<u8").tobytes(), 8)) if len(add) else None,
+            MapOp("put", BLOOM, [keys[i] for i in cut.tolist()],
+                  split(nv[cut].astype("<u8").tobytes(), 8)) if len(cut) else None)
 
 
 def diff_map(name: str, old: dict[bytes, bytes], new: dict[bytes, bytes]
@@ -149,6 +188,8 @@ def diff_map(name: str, old: dict[bytes, bytes], new: dict[bytes, bytes]
     """(put, delete) batches that turn one map's old entries into new (None when empty)."""
     if old is new:
         return None, None
+    if not old:
+        return (MapOp("put", name, list(new), list(new.values())) if new else None), None
     put_k: list[bytes] = []
     put_v: list[bytes] = []
     get = old.get

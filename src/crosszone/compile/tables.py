@@ -26,7 +26,7 @@ ACTIONS = {
 
 def mac_bytes(mac: str) -> bytes:
     """'02:00:00:00:00:01' -> 6 bytes."""
-    return bytes(int(x, 16) for x in mac.split(":"))
+    return bytes.fromhex(mac.replace(":", ""))
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from crosszone.control.store import INTENT, STATUS, Store
 from crosszone.intent.cluster import parse_cluster, to_document
 from crosszone.intent.cluster_checks import check_cluster
 from crosszone.intent.errors import InvalidIntentError
-from crosszone.intent.prefixes import PrefixError, PrefixSet, parse_block
+from crosszone.intent.prefixes import PrefixError, PrefixSet, member_sorted, parse_block
 from crosszone.intent.schema_v2 import Cluster
 from crosszone.intent.validate import IntentProblem, as_error
 
@@ -63,6 +63,17 @@ class Controller:
         items, self.revision = store.get_prefix(INTENT)
         self.objects = {k[len(INTENT):]: v for k, v in items.items()}
         self.cluster: Cluster | None = join_objects(self.objects) if self.objects else None
+        # pool -> its IPv4 prefixes as sorted packed keys, kept up to date by prefix changes
+        # (membership of a few keys is then a binary search, not a sort of the pool)
+        self._keys4: dict[str, np.ndarray] = {}
+
+    def _sorted4(self, pool: str) -> np.ndarray:
+        """The sorted packed IPv4 keys of a pool of the current cluster."""
+        if pool not in self._keys4:
+            assert self.cluster is not None
+            p = next(p for p in self.cluster.storage_pools if p.name == pool)
+            self._keys4[pool] = np.sort(p.prefixes.keys4())
+        return self._keys4[pool]
 
     def gateway_diff(self, old: Cluster | None, new: Cluster) -> dict[str, dict[str, Any]]:
         """Per gateway: map entries that would be put and deleted."""
@@ -92,6 +103,7 @@ class Controller:
                 return ApplyResult(None, d.changed, gws)
             rev = self.store.put_many({INTENT + k: v for k, v in d.writes.items()})
             self.objects, self.cluster, self.revision = objs, new, rev
+            self._keys4 = {}
             return ApplyResult(rev, d.changed, gws)
 
     def change_prefixes(self, pool: str, add: list[str], remove: list[str],
@@ -110,7 +122,7 @@ class Controller:
                 plus, minus = parse_block(" ".join(add)), parse_block(" ".join(remove))
             except PrefixError as exc:
                 raise InvalidIntentError(str(exc), path="request", where="prefixes") from None
-            new_set = self._edit(cur, plus, minus, pool)
+            new_set, new_keys = self._edit(cur, plus, minus, pool)
             cluster = self.cluster.model_copy(update={"storage_pools": [
                 p.model_copy(update={"prefixes": new_set}) if i == k else p
                 for i, p in enumerate(self.cluster.storage_pools)]})
@@ -129,23 +141,33 @@ class Controller:
                 else:
                     self.objects[key] = v
             self.cluster, self.revision = cluster, rev
+            self._keys4[pool] = new_keys
             return ApplyResult(rev, sorted(writes), {})
 
-    def _edit(self, cur: PrefixSet, plus: PrefixSet, minus: PrefixSet, pool: str) -> PrefixSet:
-        k_cur, k_plus, k_minus = cur.keys4(), plus.keys4(), minus.keys4()
-        if np.isin(k_plus, k_cur).any() or len(np.unique(k_plus)) != len(k_plus):
+    def _edit(self, cur: PrefixSet, plus: PrefixSet, minus: PrefixSet, pool: str
+              ) -> tuple[PrefixSet, np.ndarray]:
+        """The pool's prefixes after the change, and their sorted packed IPv4 keys."""
+        s = self._sorted4(pool)
+        k_plus, k_minus = plus.keys4(), minus.keys4()
+        if member_sorted(s, k_plus).any() or len(np.unique(k_plus)) != len(k_plus):
             raise InvalidIntentError("a prefix to add is already in the pool", path="request",
                                      where=f"storage_pools[{pool}].prefixes")
-        if not np.isin(k_minus, k_cur).all():
+        if not member_sorted(s, k_minus).all():
             raise InvalidIntentError("a prefix to remove is not in the pool", path="request",
                                      where=f"storage_pools[{pool}].prefixes")
-        keep = ~np.isin(k_cur, k_minus)
+        if len(k_minus):
+            keep = ~member_sorted(np.sort(k_minus), cur.keys4())
+            s = np.delete(s, np.searchsorted(s, k_minus))
+        else:
+            keep = slice(None)  # type: ignore[assignment]
+        k_sorted = np.sort(k_plus)
+        s = np.insert(s, np.searchsorted(s, k_sorted), k_sorted)
         six_minus = set(minus.networks6())
         six = [n for n in cur.networks6() if n not in six_minus] + plus.networks6()
         rest = PrefixSet.from_networks(six)
         return concat([PrefixSet(cur.addr4[keep], cur.plen4[keep], rest.hi6, rest.lo6,
                                  rest.plen6), PrefixSet(plus.addr4, plus.plen4, *(
-                                     np.zeros(0, t) for t in (np.uint64, np.uint64, np.uint8)))])
+                                     np.zeros(0, t) for t in (np.uint64, np.uint64, np.uint8)))]), s
 
     def _check_delta(self, cluster: Cluster, pool: str, plus: PrefixSet) -> None:
         """Check the added prefixes against every VPC that uses the pool (not the whole
@@ -155,12 +177,13 @@ class Controller:
         for i, v in enumerate(cluster.vpcs):
             if pool not in v.storage_pools:
                 continue
-            others = [p.prefixes for p in cluster.storage_pools
-                      if p.name in v.storage_pools and p.name != pool]
+            sorted_others = [self._sorted4(p.name) for p in cluster.storage_pools
+                             if p.name in v.storage_pools and p.name != pool]
             if v.routes:
-                others.append(PrefixSet.from_networks([r.prefix for r in v.routes]))
-            for other in others:
-                if np.isin(plus.keys4(), other.keys4()).any():
+                sorted_others.append(np.sort(PrefixSet.from_networks(
+                    [r.prefix for r in v.routes]).keys4()))
+            for other in sorted_others:
+                if member_sorted(other, plus.keys4()).any():
                     raise InvalidIntentError(f"a prefix to add is already a route of VPC "
                                              f"{v.name}", path="request", where=f"vpcs[{i}]")
             try:

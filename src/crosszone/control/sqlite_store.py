@@ -105,6 +105,7 @@ class SqliteStore(Store):
                 return v, db.execute(
                     "SELECT rev, key, value FROM log WHERE rev > ? AND key >= ? AND key < ? "
                     "ORDER BY rev, rowid", (after, prefix, prefix + "\U0010ffff")).fetchall()
+            rows: list[tuple[int, str, bytes | None]]
             version, rows = self._run(read)  # type: ignore[misc]
             if rows:
                 return [Event(r, k, bytes(v) if v is not None else None) for r, k, v in rows]

@@ -90,10 +90,12 @@ def parse_cluster(text: str, path: str | None = None) -> Cluster:
         err = exc.errors()[0]
         loc = _clean_loc(tuple(err["loc"]))
         msg = err["msg"].removeprefix("Value error, ")
+        # the key itself, even when _clean_loc dropped it (a key that looks like "x[1]")
+        key = err["loc"][-1] if err["loc"] else None
         if err["type"] == "extra_forbidden":
-            msg = f"unknown key {loc[-1]!r}"
+            msg = f"unknown key {key!r}"
         elif err["type"] == "missing":
-            msg = f"missing required key {loc[-1]!r}"
+            msg = f"missing required key {key!r}"
         raise InvalidIntentError(msg, path=path, line=_line_in_block(_compose(text), loc, msg),
                                  where=format_loc(loc)) from None
     try:

@@ -79,8 +79,8 @@ def _check_vpc_routes(c: Cluster, i: int, fam: dict[int, Any]) -> tuple[int, int
     for s, loc in sets:
         for h, lo, p in zip(s.hi6.tolist(), s.lo6.tolist(), s.plen6.tolist()):
             if (h, lo, p) in seen6:
-                net = ipaddress.IPv6Network(((h << 64) | lo, p))
-                raise IntentProblem(loc, f"route {net} of VPC {vpc.name} is also defined at "
+                net6 = ipaddress.IPv6Network(((h << 64) | lo, p))
+                raise IntentProblem(loc, f"route {net6} of VPC {vpc.name} is also defined at "
                                     f"{format_loc(seen6[(h, lo, p)])}")
             seen6[(h, lo, p)] = loc
             plens6.add(p)
@@ -97,9 +97,9 @@ def _check_vpc_routes(c: Cluster, i: int, fam: dict[int, Any]) -> tuple[int, int
                                     f"{vpc.name}")
         own6 = fam.get(6)
         if own6 is not None:
-            for net in s.networks()[len(s.addr4):]:
-                if net.overlaps(own6):
-                    raise IntentProblem(loc, f"route {net} overlaps the address space {own6} "
+            for net6 in s.networks6():
+                if net6.overlaps(own6):
+                    raise IntentProblem(loc, f"route {net6} overlaps the address space {own6} "
                                         f"of VPC {vpc.name}")
     return len(keys), len(seen6)
 
@@ -183,11 +183,11 @@ def check_cluster(c: Cluster) -> None:
     seen_addr: dict[tuple[str, Any], int] = {}
     n_addr = 0
     for h, host in enumerate(c.hosts):
-        fam = spaces.get(host.vpc)
-        if fam is None:
+        host_fam = spaces.get(host.vpc)
+        if host_fam is None:
             raise IntentProblem(("hosts", h, "vpc"), f"no VPC named {host.vpc!r}")
         for j, addr in enumerate(host.addresses):
-            net = fam.get(addr.version)
+            net = host_fam.get(addr.version)
             if net is None or addr not in net:
                 raise IntentProblem(("hosts", h, "addresses", j),
                                     f"{addr} is outside every prefix of VPC {host.vpc}")

@@ -13,6 +13,10 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 _MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
+# Dotted quad without leading zeros (what ipaddress accepts): parsed here in ~1 us instead of
+# ipaddress's ~20 us per string, which is most of validating 100k hosts.
+_OCTET = r"(0|[1-9][0-9]{0,2})"
+_V4 = re.compile(r"\.".join([_OCTET] * 4))
 
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")]
 IfName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.@-]{1,15}$")]
@@ -33,9 +37,21 @@ def _network(value: object) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
         raise ValueError(f"{value!r} is not a valid prefix ({exc})") from None
 
 
+def _v4_of_int(value: int) -> ipaddress.IPv4Address:
+    """IPv4Address of an int known to be in range, without __init__'s checks (5 us of 6)."""
+    addr = ipaddress.IPv4Address.__new__(ipaddress.IPv4Address)
+    addr._ip = value  # type: ignore[attr-defined]
+    return addr
+
+
 def _address(value: object) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     if not isinstance(value, str):
         raise ValueError(f"{value!r} is not an IP address")
+    m = _V4.fullmatch(value)
+    if m is not None:
+        a, b, c, d = map(int, m.groups())
+        if a < 256 and b < 256 and c < 256 and d < 256:
+            return _v4_of_int((a << 24) | (b << 16) | (c << 8) | d)
     try:
         return ipaddress.ip_address(value)
     except ValueError:

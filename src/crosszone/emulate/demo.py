@@ -5,11 +5,19 @@ crosszone gateways, the same workload again, a comparison table, emulate down (a
 
 What "gateway CPU" means here: a veth hands a packet to the receiving namespace in softirq
 context on whichever CPU sent it, so no per-namespace process owns the gateway's forwarding work
-(the XDP program and the kernel's VXLAN/nftables path both run there). We therefore read the
-box-wide softirq time from /proc/stat over each run (ksoftirqd's time is part of it: it only runs
-softirqs). Everything else in the two runs is identical (hosts, routers, storage, the same
-workload), so the difference between the rows is the gateways'. The total non-idle CPU per GB is
-shown too, for scale.
+(the XDP program and the kernel's VXLAN/nftables path both run there). We read each CPU's
+softirq time from /proc/stat over each run (ksoftirqd's time is part of it: it only runs
+softirqs) and subtract an idle baseline (the deployment up, no workload: BFD, BGP, timers)
+measured just before, scaled to the run's length. Everything else in the two runs is identical
+(hosts, routers, storage, the same workload, the same seeds and duration), and the other kind's
+gateways are idle during a run (the baseline covers them), so per GB moved the difference
+between the rows is the gateways'. Total non-idle CPU per GB is shown too, for scale: on a 2-core
+box the workload saturates the CPUs, so throughput and CPU/GB are the two sides of one budget.
+
+Drops come from each kind's own counters: legacy = nftables `dropped` counters + the gateways'
+interface drops; crosszone = the fast path's drop reasons + the gateways' interface drops. Drops
+anywhere else in the emulated network (veth backlogs and XDP rings overflowing under TCP bursts)
+are counted apart: they are congestion in the emulation, the same for both kinds' traffic.
 """
 
 from __future__ import annotations
@@ -28,7 +36,9 @@ from crosszone.emulate import deploy, legacy_gateway, netns, topology
 from crosszone.emulate import state as st
 from crosszone.workload import runner
 
-DEMO_DURATION_S = 15.0
+DEMO_DURATION_S = 20.0
+DEMO_LOADERS = 2
+IDLE_BASELINE_S = 4.0
 USER_HZ = 100  # /proc/stat unit (sysconf(_SC_CLK_TCK) is 100 on Linux)
 
 
@@ -36,37 +46,70 @@ USER_HZ = 100  # /proc/stat unit (sysconf(_SC_CLK_TCK) is 100 on Linux)
 class CpuSample:
     softirq_s: float
     busy_s: float
+    per_cpu_softirq_s: tuple[float, ...] = ()
 
 
 def cpu_sample(stat_text: str | None = None) -> CpuSample:
-    """Softirq and total non-idle CPU seconds since boot, summed over CPUs (/proc/stat)."""
+    """Softirq and total non-idle CPU seconds since boot, summed over CPUs and per CPU."""
     text = stat_text if stat_text is not None else Path("/proc/stat").read_text()
-    fields = [int(x) for x in text.splitlines()[0].split()[1:]]
+    lines = text.splitlines()
+    fields = [int(x) for x in lines[0].split()[1:]]
     user, nice, system, _idle, _iowait, irq, softirq = fields[:7]
     steal = fields[7] if len(fields) > 7 else 0
     busy = user + nice + system + irq + softirq + steal
-    return CpuSample(softirq / USER_HZ, busy / USER_HZ)
+    per_cpu = tuple(int(ln.split()[7]) / USER_HZ for ln in lines[1:]
+                    if ln.startswith("cpu") and ln[3:4].isdigit())
+    return CpuSample(softirq / USER_HZ, busy / USER_HZ, per_cpu)
 
 
-def gateway_drops(ex: netns.Executor, p: topology.Plan, kind: topology.GatewayKind) -> int:
-    """Packets dropped by gateways of `kind`: interface drops + nftables or fast-path drops."""
+def cpu_delta(a: CpuSample, b: CpuSample) -> CpuSample:
+    """b - a."""
+    return CpuSample(b.softirq_s - a.softirq_s, b.busy_s - a.busy_s,
+                     tuple(y - x for x, y in zip(a.per_cpu_softirq_s, b.per_cpu_softirq_s,
+                                                 strict=False)))
+
+
+def _link_drops(ex: netns.Executor, ns: str, devs: set[str] | None = None) -> int:
+    out = ex.output(["ip", "-n", ns, "-s", "-j", "link", "show"], check=False)
     total = 0
-    for gw in p.gateways_of(kind):
-        out = ex.output(["ip", "-n", gw.ns, "-s", "-j", "link", "show"], check=False)
-        try:
-            for link in json.loads(out or "[]"):
-                stats = link.get("stats64", {})
-                total += int(stats.get("rx", {}).get("dropped", 0))
-                total += int(stats.get("tx", {}).get("dropped", 0))
-        except (json.JSONDecodeError, AttributeError):
-            pass
-        if kind == "legacy":
-            total += legacy_gateway.dropped_packets(ex.output(
-                ["ip", "netns", "exec", gw.ns, "nft", "-j", "list", "counter", "ip", "czgw",
-                 "dropped"], check=False))
-        else:
-            total += xgw.dropped_from_stats(xgw.read_stats(gw))
+    try:
+        for link in json.loads(out or "[]"):
+            if devs is not None and link.get("ifname") not in devs:
+                continue
+            stats = link.get("stats64", {})
+            total += int(stats.get("rx", {}).get("dropped", 0))
+            total += int(stats.get("tx", {}).get("dropped", 0))
+    except (json.JSONDecodeError, AttributeError):
+        pass
     return total
+
+
+def gateway_drops(ex: netns.Executor, p: topology.Plan,
+                  kind: topology.GatewayKind) -> dict[str, int]:
+    """Drops by gateways of `kind`, by cause: interface drops, nftables or fast-path reasons."""
+    out: dict[str, int] = {"interfaces": 0}
+    for gw in p.gateways_of(kind):
+        out["interfaces"] += _link_drops(ex, gw.ns)
+        if kind == "legacy":
+            out["nftables"] = out.get("nftables", 0) + legacy_gateway.dropped_packets(
+                ex.output(["ip", "netns", "exec", gw.ns, "nft", "-j", "list", "counters"],
+                          check=False))
+        else:
+            reasons = xgw.read_stats(gw).get("reasons", {})
+            for name, c in reasons.items():
+                if name.startswith("drop_") and isinstance(c, dict):
+                    out[name] = out.get(name, 0) + int(c.get("packets", 0))
+    return out
+
+
+def network_drops(ex: netns.Executor, p: topology.Plan) -> int:
+    """Interface drops everywhere but the gateways (hosts, endpoints, routers, storage)."""
+    gw_ns = {g.ns for g in p.gateways}
+    return sum(_link_drops(ex, ns) for ns in p.namespaces if ns not in gw_ns)
+
+
+def _diff(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    return {k: b.get(k, 0) - a.get(k, 0) for k in set(a) | set(b) if b.get(k, 0) - a.get(k, 0)}
 
 
 @dataclass
@@ -74,37 +117,69 @@ class Row:
     gateway: str
     result: runner.WorkloadResult
     cpu: CpuSample
-    drops: int
+    idle_softirq_s: float
+    drops: dict[str, int]
+    other_drops: int
 
     def gb(self) -> float:
         return self.result.total_bytes / 1e9
 
+    @property
+    def gateway_drops(self) -> int:
+        return sum(self.drops.values())
+
+    def to_json(self) -> dict[str, object]:
+        gb = max(self.gb(), 1e-9)
+        return {"gateway": self.gateway, "gb": round(self.gb(), 3),
+                "workload": self.result.to_json(),
+                "softirq_s": round(self.cpu.softirq_s, 2),
+                "idle_softirq_s": round(self.idle_softirq_s, 2),
+                "softirq_s_per_gb": round((self.cpu.softirq_s - self.idle_softirq_s) / gb, 2),
+                "busy_s_per_gb": round(self.cpu.busy_s / gb, 2),
+                "per_cpu_softirq_s": [round(x, 2) for x in self.cpu.per_cpu_softirq_s],
+                "gateway_drops": self.drops, "other_drops": self.other_drops}
+
+
+def idle_baseline(seconds: float, sample: Callable[[], CpuSample] = cpu_sample,
+                  sleep: Callable[[float], None] = time.sleep) -> float:
+    """Softirq CPU seconds per second with the deployment up and no workload."""
+    a = sample()
+    sleep(seconds)
+    return max(0.0, cpu_delta(a, sample()).softirq_s / seconds)
+
 
 def measured_run(console: Console, ex: netns.Executor, p: topology.Plan, kind: str,
-                 duration: float, sample: Callable[[], CpuSample] = cpu_sample) -> Row:
+                 duration: float, idle_rate: float,
+                 sample: Callable[[], CpuSample] = cpu_sample) -> Row:
     """One workload run with CPU and drop accounting around it."""
     k: topology.GatewayKind = "legacy" if kind == "legacy" else "crosszone"
-    drops0 = gateway_drops(ex, p, k)
+    drops0, other0 = gateway_drops(ex, p, k), network_drops(ex, p)
     c0 = sample()
-    res = runner.run(p, duration=duration, console=console)
+    t0 = time.monotonic()
+    res = runner.run(p, duration=duration, loaders=DEMO_LOADERS, console=console)
+    elapsed = time.monotonic() - t0
     c1 = sample()
-    drops = gateway_drops(ex, p, k) - drops0
+    drops = _diff(drops0, gateway_drops(ex, p, k))
+    other = network_drops(ex, p) - other0
     console.print(runner.summary_table(res, title=f"workload through {kind} gateways"))
-    return Row(kind, res, CpuSample(c1.softirq_s - c0.softirq_s, c1.busy_s - c0.busy_s), drops)
+    return Row(kind, res, cpu_delta(c0, c1), idle_rate * elapsed, drops, other)
 
 
 def comparison_table(rows: list[Row]) -> Table:
     """The side-by-side table."""
     t = Table(title="legacy vs crosszone, same workload, same box")
-    for col in ("gateways", "loader Gbps", "checkpoint Gbps", "small p99 ms",
-                "softirq CPU s/GB", "total CPU s/GB", "drops", "errors"):
+    for col in ("gateways", "loader Gbps", "checkpoint Gbps", "small p99 ms", "GB moved",
+                "gateway softirq s/GB", "box busy s/GB", "gateway drops", "other drops",
+                "errors"):
         t.add_column(col, justify="right")
     for r in rows:
-        j = r.result.to_json()
-        gb = max(r.gb(), 1e-9)
-        t.add_row(r.gateway, f"{j['loader']['gbps']:.2f}", f"{j['checkpoint']['gbps']:.2f}",
-                  f"{j['small']['p99_ms']:.2f}", f"{r.cpu.softirq_s / gb:.2f}",
-                  f"{r.cpu.busy_s / gb:.2f}", str(r.drops), str(r.result.errors))
+        j = r.to_json()
+        w = r.result.to_json()
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(r.drops.items())) or "0"
+        t.add_row(r.gateway, f"{w['loader']['gbps']:.2f}", f"{w['checkpoint']['gbps']:.2f}",
+                  f"{w['small']['p99_ms']:.1f}", f"{r.gb():.2f}", f"{j['softirq_s_per_gb']:.2f}",
+                  f"{j['busy_s_per_gb']:.2f}", reasons, str(r.other_drops),
+                  str(r.result.errors))
     return t
 
 
@@ -121,20 +196,28 @@ def run_demo(console: Console, topology_file: Path = topology.DEFAULT_TOPOLOGY,
         dep.up(log=lambda m: console.print(f"[cyan]up[/cyan] {m}"))
         if spec.active != "legacy":
             dep.switch("legacy", log=lambda m: console.print(f"[cyan]switch[/cyan] {m}"))
+        console.rule(f"idle baseline ({IDLE_BASELINE_S:.0f} s, no workload)")
+        idle = idle_baseline(IDLE_BASELINE_S)
+        console.print(f"idle softirq: {idle:.3f} CPU s/s (BFD, BGP, timers)")
         console.rule("workload through the legacy gateways")
-        rows.append(measured_run(console, ex, dep.plan, "legacy", duration))
+        rows.append(measured_run(console, ex, dep.plan, "legacy", duration, idle))
         state = st.load()
         if state and any(state.fastpath.values()):
             console.rule("BGP switch to the crosszone gateways")
             dep.switch("crosszone", log=lambda m: console.print(f"[cyan]switch[/cyan] {m}"))
             console.rule("workload through the crosszone gateways")
-            rows.append(measured_run(console, ex, dep.plan, "crosszone", duration))
+            rows.append(measured_run(console, ex, dep.plan, "crosszone", duration, idle))
         else:
             console.print("[yellow]crosszone fast path not attached "
                           "(`crosszone fastpath attach` missing): crosszone row skipped[/yellow]")
         console.print(comparison_table(rows))
-        console.print("CPU: box-wide /proc/stat over each run; only the gateways differ "
-                      "between rows (see docs/emulate.md).")
+        console.print("gateway softirq s/GB: softirq CPU seconds over the run (all CPUs, "
+                      "/proc/stat) minus the idle baseline, per GB moved; only the gateways "
+                      "differ between rows. Drops: the kind's own counters (nftables / fast-path "
+                      "reasons, gateway interfaces); other drops: veth queues elsewhere "
+                      "(see docs/emulate.md).")
+        for r in rows:
+            console.print_json(json.dumps(r.to_json()))
         ok = all(r.result.errors == 0 for r in rows)
         return 0 if ok else 1
     except (deploy.DeployError, netns.CommandFailed) as exc:

@@ -119,6 +119,8 @@ def build_ops(p: Plan, active: ActiveSet) -> list[Op]:
     ops += _host_ops(p)
     for ns in (p.compute_router_ns, p.storage_router_ns):
         ops += netns.ns_sysctls(ns, forwarding=True)
+        ops += [in_ns(ns, "sysctl", "-qw", f"net.{fam}.conf.{c}.ignore_routes_with_linkdown=1")
+                for fam in ("ipv4", "ipv6") for c in ("all", "default")]
     sr = p.storage_router_ns
     ops += [
         in_ns(sr, "ip", "link", "add", "stlan", "type", "bridge", check=False),
@@ -131,6 +133,8 @@ def build_ops(p: Plan, active: ActiveSet) -> list[Op]:
     ops += [in_ns(sr, "ip", "link", "set", f"{n.name}", "master", "stlan")
             for n in p.storage_nodes]
     for gw in p.gateways:
+        ops += [netns.wire_segmented(p.compute_router_ns, f"g{gw.index}"),
+                netns.wire_segmented(p.storage_router_ns, f"g{gw.index}")]
         ops += _gateway_base_ops(p, gw)
         if gw.kind == "legacy":
             ops += legacy_gateway.plan_legacy(p, gw)

@@ -90,6 +90,13 @@ def router_config(p: Plan, which: str) -> str:
         peers = [g.storage_addr for g in p.gateways]
         networks = [str(spec.storage.subnet)]
     lines = _header(ns)
+    # Routes carry their ECMP next hops inline instead of pointing at kernel nexthop-group
+    # objects: when a link goes down the kernel evicts the nexthop from its groups, and when it
+    # comes back zebra (8.4) reuses the group id it still believes complete without
+    # re-installing it, so the kernel kept one gateway while zebra showed two. Inline
+    # multipath is replaced atomically as well (make before break holds), and
+    # ignore_routes_with_linkdown (set on the routers) skips a dead link's next hop at once.
+    lines += ["no zebra nexthop kernel enable", "!"]
     lines += [
         f"router bgp {asn}",
         f" bgp router-id {rid}",

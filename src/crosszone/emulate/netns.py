@@ -105,6 +105,10 @@ def ns_sysctls(ns: str, forwarding: bool) -> list[Cmd]:
         "net.ipv4.fib_multipath_hash_policy=1",
         f"net.ipv4.ip_forward={1 if forwarding else 0}",
         "net.ipv6.conf.all.forwarding=" + ("1" if forwarding else "0"),
+        # IPv6 flushes global addresses when a link goes down unless told otherwise; the
+        # failover tests take links down and up, and BGP's IPv6 next hops need them back.
+        "net.ipv6.conf.all.keep_addr_on_down=1",
+        "net.ipv6.conf.default.keep_addr_on_down=1",
     ]
     return [in_ns(ns, "sysctl", "-qw", s) for s in sets]
 
@@ -136,8 +140,35 @@ def plan_link(link: Link) -> list[Op]:
             # nodad: the plan guarantees uniqueness, and DAD would delay the address by a
             # second and send neighbour solicitations for nothing.
             ops.append(in_ns(ns, "ip", "-6", "addr", "add", addr6, "dev", name, "nodad"))
+        ops += nic_like(ns, name)
         ops.append(in_ns(ns, "ip", "link", "set", name, "up"))
     return ops
+
+
+def nic_like(ns: str, dev: str) -> list[Cmd]:
+    """Make a veth end behave like a NIC port: GRO on receive, a queue on transmit.
+
+    A plain veth hands every packet to the per-CPU backlog (1000 packets shared by all devices
+    on that CPU) and drops when it is full: under TCP bursts that is thousands of drops a second
+    anywhere in the emulation, and the XDP path, which redirects in bursts, suffers most. With
+    GRO on, the veth receives in NAPI context from a 256-entry ring, and since Linux 6.16 a veth
+    whose peer is in NAPI mode stops its queue when the ring is full, so a qdisc (here pfifo)
+    holds packets instead of dropping them: backpressure, as a NIC's ring and qdisc give.
+    """
+    return [in_ns(ns, "ethtool", "-K", dev, "gro", "on", check=False),
+            in_ns(ns, "tc", "qdisc", "replace", "dev", dev, "root", "pfifo", "limit", "1000")]
+
+
+def wire_segmented(ns: str, dev: str) -> Cmd:
+    """Make `dev` transmit MTU-sized packets with complete checksums, as a wire would carry them.
+
+    Between namespaces a veth passes GSO super-packets (64 KB) intact, so a kernel gateway fed
+    by a veth would handle a 64 KB skb at the cost of one packet, which no gateway on a real
+    wire does, while an XDP gateway sees each MTU frame. The routers' ports toward the gateways
+    therefore segment and checksum in software (no TSO, no CHECKSUM_PARTIAL: an XDP program
+    would forward a partial checksum as is), for both gateway kinds alike.
+    """
+    return in_ns(ns, "ethtool", "-K", dev, "tx", "off")
 
 
 def list_namespaces(ex: Executor, prefix: str) -> list[str]:

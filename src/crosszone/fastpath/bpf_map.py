@@ -24,6 +24,7 @@ from crosszone.fastpath.libbpf_abi import (
     _delete_elem,
     _errno,
     _info_by_fd,
+    _lookup_batch,
     _lookup_elem,
     _map_create,
     _MapCreateOpts,
@@ -323,6 +324,54 @@ class BpfMap:
             yield nxt.raw
             ctypes.memmove(cur, nxt, self.key_size)
             prev = cur
+
+    def dump(self, chunk: int = BATCH_CHUNK) -> tuple[bytes, bytes, int]:
+        """Every entry at once: (keys, values, count) as contiguous buffers of key_size and
+        value_stride, read with bpf_map_lookup_batch (a loop of lookups where the map type has
+        no batch op). A million entries come back in about a second instead of a minute."""
+        if self.use_batch_syscall:
+            got = self._dump_batch(chunk)
+            if got is not None:
+                return got
+        keys, values = [], []
+        for k, v in self.items():
+            keys.append(k)
+            values.append(v)
+        return b"".join(keys), b"".join(values), len(keys)
+
+    def _dump_batch(self, chunk: int) -> tuple[bytes, bytes, int] | None:
+        ks, vs = self.key_size, self.value_stride
+        token = max(ks, 8)  # the batch cursor: a bucket index for hashes, a key for arrays
+        in_b, out_b = ctypes.create_string_buffer(token), ctypes.create_string_buffer(token)
+        kbuf = ctypes.create_string_buffer(chunk * ks)
+        vbuf = ctypes.create_string_buffer(chunk * vs)
+        opts = _BatchOpts(sz=ctypes.sizeof(_BatchOpts))
+        count = c_u32()
+        keys, values, total, first = [], [], 0, True
+        while True:
+            count.value = chunk
+            rc = _lookup_batch(
+                self.fd,
+                None if first else in_b,
+                out_b,
+                kbuf,
+                vbuf,
+                ctypes.byref(count),
+                ctypes.byref(opts),
+            )
+            err = _errno() if rc < 0 else 0
+            if err and err != errno_mod.ENOENT:
+                if first and (err in _NO_BATCH or err == errno_mod.EINVAL):
+                    return None
+                raise BpfError(err, "bpf_map_lookup_batch", self.name)
+            n = count.value
+            keys.append(kbuf.raw[: n * ks])
+            values.append(vbuf.raw[: n * vs])
+            total += n
+            if err == errno_mod.ENOENT:
+                return b"".join(keys), b"".join(values), total
+            ctypes.memmove(in_b, out_b, token)
+            first = False
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         """Iterate over (key, value); entries deleted during iteration are skipped."""

@@ -160,6 +160,17 @@ _update_batch = _fn(
     "bpf_map_update_batch", c_int, c_int, c_void_p, c_void_p, ctypes.POINTER(c_u32), c_void_p
 )
 _delete_batch = _fn("bpf_map_delete_batch", c_int, c_int, c_void_p, ctypes.POINTER(c_u32), c_void_p)
+_lookup_batch = _fn(
+    "bpf_map_lookup_batch",
+    c_int,
+    c_int,
+    c_void_p,
+    c_void_p,
+    c_void_p,
+    c_void_p,
+    ctypes.POINTER(c_u32),
+    c_void_p,
+)
 _obj_get = _fn("bpf_obj_get", c_int, c_char_p)
 _obj_pin = _fn("bpf_obj_pin", c_int, c_int, c_char_p)
 _info_by_fd = _fn("bpf_obj_get_info_by_fd", c_int, c_int, c_void_p, ctypes.POINTER(c_u32))

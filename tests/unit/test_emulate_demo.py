@@ -1,0 +1,53 @@
+"""Demo accounting and counter parsing (no root): /proc/stat samples, idle baseline, nft JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from crosszone.emulate import demo, frr, legacy_gateway
+
+pytestmark = pytest.mark.unit
+
+STAT = """cpu  100 0 50 1000 0 0 30 0 0 0
+cpu0 60 0 20 500 0 0 10 0 0 0
+cpu1 40 0 30 500 0 0 20 0 0 0
+intr 0
+"""
+
+
+def test_cpu_sample_sums_and_per_cpu() -> None:
+    s = demo.cpu_sample(STAT)
+    assert s.softirq_s == pytest.approx(0.30) and s.busy_s == pytest.approx(1.80)
+    assert s.per_cpu_softirq_s == pytest.approx((0.10, 0.20))
+    d = demo.cpu_delta(s, demo.cpu_sample(STAT.replace(" 30 0 0 0\n", " 80 0 0 0\n", 1)))
+    assert d.softirq_s == pytest.approx(0.5) and d.per_cpu_softirq_s == pytest.approx((0, 0))
+
+
+def test_idle_baseline_is_a_rate_with_injected_sleep() -> None:
+    samples = iter([demo.CpuSample(1.0, 5.0), demo.CpuSample(1.4, 6.0)])
+    slept: list[float] = []
+    rate = demo.idle_baseline(4.0, sample=lambda: next(samples), sleep=slept.append)
+    assert slept == [4.0] and rate == pytest.approx(0.1)
+
+
+def test_nft_dropped_counters_of_both_families() -> None:
+    doc = {"nftables": [
+        {"metainfo": {"version": "1.0.6"}},
+        {"counter": {"family": "ip", "name": "dropped", "table": "czgw", "packets": 3}},
+        {"counter": {"family": "ip6", "name": "dropped", "table": "czgw", "packets": 4}},
+        {"counter": {"family": "ip", "name": "other", "table": "czgw", "packets": 100}},
+    ]}
+    assert legacy_gateway.dropped_packets(json.dumps(doc)) == 7
+    assert legacy_gateway.dropped_packets("garbage") == 0
+
+
+def test_kernel_nexthops_by_device() -> None:
+    multi = [{"dst": "10.0.0.100", "nexthops": [
+        {"gateway": "10.10.3.2", "dev": "g3", "flags": []},
+        {"gateway": "10.10.4.2", "dev": "g4", "flags": ["linkdown"]}]}]
+    single = [{"dst": "fd64:a::/64", "gateway": "fe80::1", "dev": "g1", "flags": []}]
+    assert frr.kernel_nexthops(json.dumps(multi)) == {"g3"}
+    assert frr.kernel_nexthops(json.dumps(single)) == {"g1"}
+    assert frr.kernel_nexthops("") == set() and frr.kernel_nexthops("{") == set()

@@ -45,6 +45,14 @@ def test_default_overlaps() -> None:
     ({"vpcs": VPCS, "storage": {"nodes": 2, "disks": 3}}, "disks"),
     ({"vpcs": VPCS, "active": "all"}, "active"),
     ({}, "vpcs"),
+    ({"vpcs": [{**VPCS[0], "prefix6": "fd00:a::/64"}]}, "go together"),
+    ({"vpcs": [{**VPCS[0], "prefix6": "fd00:a::/64", "storage_facing6": "fd64:a::/56"}]},
+     "same length"),
+    ({"vpcs": [{**VPCS[0], "prefix6": "fd00:a::/120", "storage_facing6": "fd64:a::/120"}]},
+     "/112"),
+    ({"vpcs": [{**VPCS[0], "prefix6": "10.0.0.0/8", "storage_facing6": "fd64:a::/64"}]},
+     "prefix6"),
+    ({"vpcs": VPCS, "underlay_mtu": 9001}, "underlay_mtu"),
 ])
 def test_rejects(doc: dict[str, object], needle: str) -> None:
     with pytest.raises(topology.TopologyError) as err:
@@ -66,3 +74,13 @@ def test_bad_yaml_names_the_file(tmp_path: Path) -> None:
 def test_fuzz_only_topology_error_escapes(doc: object) -> None:
     with contextlib.suppress(topology.TopologyError):
         topology.parse(yaml.safe_load(yaml.safe_dump(doc)))
+
+
+def test_ipv6_and_jumbo_plan() -> None:
+    spec = topology.parse({"vpcs": [{**VPCS[0], "prefix6": "fd00:a::/64",
+                                      "storage_facing6": "fd64:a::/64"}],
+                           "underlay_mtu": 9000, "hosts": 2})
+    p = topology.plan(spec)
+    assert p.ipv6 and p.inner_mtu == 8950
+    assert [e.addr6 for e in p.endpoints] == ["fd00:a::10a", "fd00:a::20a"]
+    assert {link.mtu for link in p.links} == {9000, 8950}

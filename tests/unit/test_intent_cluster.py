@@ -180,3 +180,87 @@ def test_fuzz_structures_raise_only_the_project_error(data: object) -> None:
         data.setdefault("version", 2)
     with contextlib.suppress(InvalidIntentError):
         parse_cluster(yaml.safe_dump(data), "f.yaml")
+
+
+# --- compact hosts (hosts_compact: one line per host) -------------------------------------
+
+def _compact_doc(extra: str = "") -> str:
+    d = doc()
+    hosts = d.pop("hosts")
+    text = yaml.safe_dump(d, sort_keys=False)
+    lines = [f"  {h['name']} {h['vpc']} {h['vtep']} {h['mac']} {','.join(h['addresses'])}"
+             for h in hosts]
+    return text + "hosts_compact: |\n" + "\n".join(lines) + "\n" + extra
+
+
+def test_compact_hosts_compile_like_verbose_ones() -> None:
+    from crosszone.agent.desired import compile_gateway
+    from crosszone.control.objects import join_objects, split_cluster
+
+    verbose, compact = load_cluster(CLUSTER), parse_cluster(_compact_doc())
+    assert len(compact.hosts) == 0 and len(compact.hosts_compact) == 2
+    ev = compile_gateway(verbose, "gw-a", lambda n: 1).entries
+    ec = compile_gateway(compact, "gw-a", lambda n: 1).entries
+    assert ev == ec
+    assert for_gateway(compact, "gw-b").hosts == for_gateway(verbose, "gw-b").hosts
+    assert parse_cluster(yaml.safe_dump(to_document(compact))) == compact
+    objs = split_cluster(compact)
+    assert any(k.startswith("hosts/") for k in objs)
+    assert join_objects(objs).hosts_compact == compact.hosts_compact
+
+
+COMPACT_BAD = [
+    # (line appended to the block, where, text)
+    ("  h3 tenant-a 10.1.0.3 02:00:00:01:00:03", "hosts_compact[2]", "4 fields"),
+    ("  h3 tenant-a 10.1.0.300 02:00:00:01:00:03 192.168.1.11", "hosts_compact[2].vtep",
+     "IPv4"),
+    ("  h3 tenant-a fd00::1 02:00:00:01:00:03 192.168.1.11", "hosts_compact[2].vtep", "IPv4"),
+    ("  h3 tenant-a 10.1.0.3 02:00:00:01:00 192.168.1.11", "hosts_compact[2].mac", "MAC"),
+    ("  h/3 tenant-a 10.1.0.3 02:00:00:01:00:03 192.168.1.11", "hosts_compact[2].name",
+     "not a name"),
+    ("  h3 tenant-a 10.1.0.3 02:00:00:01:00:03 192.168.1.x", "hosts_compact[2].addresses",
+     "not an IP"),
+    ("  h3 nope 10.1.0.3 02:00:00:01:00:03 192.168.1.11", "hosts_compact[2].vpc", "no VPC"),
+    ("  h3 tenant-a 10.1.0.3 02:00:00:01:00:03 10.9.9.9", "hosts_compact[2].addresses",
+     "outside"),
+    ("  h3 tenant-a 10.1.0.3 02:00:00:01:00:03 fd00:b::1", "hosts_compact[2].addresses",
+     "outside"),
+    ("  h3 tenant-a 10.1.0.3 02:00:00:01:00:03 192.168.1.10", "hosts_compact[2].addresses",
+     "already used by hosts_compact[0]"),
+    ("  h3 tenant-a 10.1.0.3 02:00:00:01:00:03 fd00:a::10", "hosts_compact[2].addresses",
+     "already used by hosts_compact[0]"),
+    ("  gpu1-a tenant-a 10.1.0.3 02:00:00:01:00:03 192.168.1.11", "hosts_compact[2].name",
+     "already used"),
+]
+
+
+@pytest.mark.parametrize("case", COMPACT_BAD, ids=[c[1] + ":" + c[2] for c in COMPACT_BAD])
+def test_compact_host_errors_name_file_line_host_field(case: tuple) -> None:
+    line_text, where, text = case
+    src = _compact_doc("  # a comment line, skipped\n" + line_text + "\n")
+    with pytest.raises(InvalidIntentError) as e:
+        parse_cluster(src, "h.yaml")
+    msg = str(e.value)
+    line = src.splitlines().index(line_text) + 1
+    assert msg.startswith(f"h.yaml:{line}: {where}"), msg
+    assert text in msg, msg
+
+
+def test_compact_hosts_collide_with_verbose_ones() -> None:
+    src = CLUSTER.read_text() + "hosts_compact: |\n  h9 tenant-b 10.1.0.9 02:00:00:01:00:09 " \
+        "192.168.1.10\n"
+    with pytest.raises(InvalidIntentError) as e:
+        parse_cluster(src, "h.yaml")
+    assert "hosts_compact[0].addresses" in str(e.value) and "hosts[1]" in str(e.value)
+
+
+def test_compact_hosts_at_scale_are_fast() -> None:
+    import time
+
+    from crosszone.control.bench import synthetic
+
+    text = synthetic(1000, 100_000)
+    t0 = time.perf_counter()
+    c = parse_cluster(text, "big.yaml")
+    assert len(c.hosts_compact) == 100_000
+    assert time.perf_counter() - t0 < 10  # ~1 s on a quiet core; verbose YAML takes ~30 s

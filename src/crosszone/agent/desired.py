@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from crosszone.compile.diff import Entries, bloom_entries, encode_route_arrays, encode_tables
+from crosszone.compile.diff import (
+    Entries,
+    bloom_entries,
+    encode_host_set,
+    encode_route_arrays,
+    encode_tables,
+)
 from crosszone.compile.tables import Tables, Vpc, compile_intent
 from crosszone.fastpath import layout
 from crosszone.fastpath import maps_io as mio
@@ -139,7 +145,15 @@ def compile_gateway(c: Cluster, gateway: str, ifindex_of: Callable[[str], int],
         vpcs[v.name] = vv
         new_vpcs.append(vv)
     t = dataclasses.replace(t, vpcs=tuple(new_vpcs), _index={})
-    return Desired(encode_tables(t, arrays), ids, t, vpcs, counts)
+    entries = encode_tables(t, arrays)
+    hs = c.hosts_compact
+    if len(hs):
+        by_name = {v.name: (v.vpc_id, v.vni) for v in t.vpcs}
+        per_host = np.array([by_name[v] for v in hs.vpcs], np.int64).reshape(-1, 2)
+        hosts, vteps = encode_host_set(hs, per_host[:, 0], per_host[:, 1])
+        entries["hosts"].update(hosts)
+        entries["vtep_allowed"].update(vteps)
+    return Desired(entries, ids, t, vpcs, counts)
 
 
 def with_plens(v: Vpc, c4: np.ndarray, c6: np.ndarray) -> Vpc:

@@ -32,6 +32,7 @@ from crosszone.compile.tables import HostEntry, Tables
 from crosszone.fastpath import bloom
 from crosszone.fastpath import layout as L
 from crosszone.fastpath import maps_io as mio
+from crosszone.intent.hosts import HostSet
 
 Entries = dict[str, dict[bytes, bytes]]
 
@@ -139,6 +140,37 @@ def encode_hosts(hosts: Sequence[HostEntry]) -> dict[bytes, bytes]:
     v["vtep"] = np.frombuffer(b"".join([h.vtep.packed for h in hosts]), np.uint8).reshape(n, 4)
     v["mac"] = np.frombuffer(b"".join([h.mac for h in hosts]), np.uint8).reshape(n, 6)
     return dict(zip(split(k.tobytes(), _HOST_KEY.itemsize), split(v.tobytes(), _HOST.itemsize)))
+
+
+def encode_host_set(hs: HostSet, vpc_id: np.ndarray, vni: np.ndarray
+                    ) -> tuple[dict[bytes, bytes], dict[bytes, bytes]]:
+    """(hosts entries, vtep_allowed entries) of compact hosts, straight from their arrays.
+
+    vpc_id and vni give, per host, its VPC's id and VNI (the caller maps the VPC names)."""
+    n4, n6 = len(hs.a4), len(hs.hi6)
+    if n4 + n6 == 0:
+        return {}, {}
+    k = np.zeros(n4 + n6, _HOST_KEY)
+    v = np.zeros(n4 + n6, _HOST)
+    owner = np.concatenate([hs.h4, hs.h6])
+    k["vpc_id"] = vpc_id[owner]
+    k["family"][:n4] = 4
+    k["family"][n4:] = 6
+    k["addr"][:n4, :4] = hs.a4.astype(">u4").view(np.uint8).reshape(n4, 4)
+    k["addr"][n4:, :8] = hs.hi6.astype(">u8").view(np.uint8).reshape(n6, 8)
+    k["addr"][n4:, 8:] = hs.lo6.astype(">u8").view(np.uint8).reshape(n6, 8)
+    v["vtep"] = hs.vtep[owner].astype(">u4").view(np.uint8).reshape(-1, 4)
+    v["mac"] = hs.mac[owner].astype(">u8").view(np.uint8).reshape(-1, 8)[:, 2:]
+    hosts = dict(zip(split(k.tobytes(), _HOST_KEY.itemsize), split(v.tobytes(), _HOST.itemsize)))
+    pairs = np.unique((vni.astype(np.uint64) << np.uint64(32)) | hs.vtep.astype(np.uint64))
+    vk = np.zeros(len(pairs), _VTEP_KEY)
+    vk["vni"] = (pairs >> np.uint64(32)).astype(np.uint32)
+    vk["vtep"] = (pairs & np.uint64(0xFFFFFFFF)).astype(">u4").view(np.uint8).reshape(-1, 4)
+    # the value is the VPC id of the pair's VNI
+    vni_to_id = dict(zip(vni.tolist(), vpc_id.tolist()))
+    ids = np.array([vni_to_id[int(x)] for x in (pairs >> np.uint64(32)).tolist()], "<u4")
+    vteps = dict(zip(split(vk.tobytes(), _VTEP_KEY.itemsize), split(ids.tobytes(), 4)))
+    return hosts, vteps
 
 
 _VTEP_KEY = np.dtype(L.CzVtepKey)

@@ -22,8 +22,9 @@ import numpy as np
 import typer
 
 
-def synthetic(routes: int, hosts: int, vpcs: int = 4) -> str:
-    """A version-2 intent text with `routes` pool routes and `hosts` hosts."""
+def synthetic(routes: int, hosts: int, vpcs: int = 4, compact_hosts: bool = True) -> str:
+    """A version-2 intent text with `routes` pool routes and `hosts` hosts (one line each in
+    `hosts_compact`, or YAML mappings in `hosts` with compact_hosts=False)."""
     per = routes // vpcs
     lines = ["version: 2", "gateways:", "  - name: gw-a", "    vtep: 10.0.0.100",
              "    interfaces:",
@@ -33,12 +34,16 @@ def synthetic(routes: int, hosts: int, vpcs: int = 4) -> str:
         lines += [f"  - {{name: t{v}, vni: {1000 + v}, prefixes: [10.{v}.0.0/16], "
                   f"storage_facing: [100.{64 + v}.0.0/16], router_mac: \"02:00:00:00:aa:0{v}\", "
                   f"storage_pools: [p{v}]}}"]
-    lines.append("hosts:")
+    lines.append("hosts_compact: |" if compact_hosts else "hosts:")
     for h in range(hosts):
         v = h % vpcs
         i = h // vpcs + 1
-        lines.append(f"  - {{name: h{h}, vpc: t{v}, vtep: 10.1.{i >> 8}.{i & 255}, "
-                     f"addresses: [10.{v}.{i >> 8}.{i & 255}], mac: \"02:00:00:01:00:01\"}}")
+        if compact_hosts:
+            lines.append(f"  h{h} t{v} 10.1.{i >> 8}.{i & 255} 02:00:00:01:00:01 "
+                         f"10.{v}.{i >> 8}.{i & 255}")
+        else:
+            lines.append(f"  - {{name: h{h}, vpc: t{v}, vtep: 10.1.{i >> 8}.{i & 255}, "
+                         f"addresses: [10.{v}.{i >> 8}.{i & 255}], mac: \"02:00:00:01:00:01\"}}")
     lines.append("storage_pools:")
     for v in range(vpcs):
         base = (20 + v) << 24

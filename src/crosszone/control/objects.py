@@ -4,8 +4,10 @@
 prefixes are spread over up to 256 chunk keys `intent/pool/<pool>/<nnn>` by a hash of the prefix.
 A million routes are then ~256 values of ~60 KB (etcd refuses single values above its request
 limit), and a one-route change rewrites one chunk: the agent re-reads 4,000 prefixes, not a
-million. Chunks are a function of the prefix alone, so the same cluster always gives the same
-keys and a diff of two clusters' objects is exactly the keys that changed.
+million. The compact hosts (`hosts_compact`) are chunked the same way, `intent/hosts/<nnn>` by a
+CRC of the host name, one text line per host. Chunks are a function of the prefix (the name)
+alone, so the same cluster always gives the same keys and a diff of two clusters' objects is
+exactly the keys that changed.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from pydantic import ValidationError
 from crosszone.intent.cluster import to_document
 from crosszone.intent.cluster_checks import check_cluster
 from crosszone.intent.errors import InvalidIntentError
+from crosszone.intent.hosts import HostError, HostSet, concat_hosts, parse_hosts
 from crosszone.intent.prefixes import PrefixError, PrefixSet, parse_block
 from crosszone.intent.schema_v2 import Cluster
 from crosszone.intent.validate import IntentProblem, as_error, format_loc
 
 CORE = "core"
 POOL = "pool/"
+HOSTS = "hosts/"
 N_CHUNKS = 256
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -75,15 +79,38 @@ def split_pool(name: str, p: PrefixSet) -> dict[str, bytes]:
     return out
 
 
+def split_hosts(hs: HostSet) -> dict[str, bytes]:
+    """The chunk objects of the compact hosts (by a CRC of the name; lines sorted)."""
+    if len(hs) == 0:
+        return {}
+    ch = hs.chunk_of(N_CHUNKS)
+    lines = hs.to_text().split("\n")
+    by: dict[int, list[str]] = {}
+    for c, line in zip(ch.tolist(), lines):
+        by.setdefault(c, []).append(line)
+    return {f"{HOSTS}{c:03d}": "\n".join(sorted(v)).encode() for c, v in sorted(by.items())}
+
+
 def split_cluster(c: Cluster) -> dict[str, bytes]:
     """Cluster -> store objects (keys relative to intent/)."""
-    doc = to_document(c)
-    for pool in doc["storage_pools"]:
-        pool["prefixes"] = ""
+    doc = to_document(c, blocks=False)
     out = {CORE: json.dumps(doc, sort_keys=True).encode()}
     for pool in c.storage_pools:
         out.update(split_pool(pool.name, pool.prefixes))
+    out.update(split_hosts(c.hosts_compact))
     return out
+
+
+def join_hosts(objs: Mapping[str, bytes]) -> HostSet:
+    """The compact hosts of a set of objects (InvalidIntentError naming the chunk)."""
+    parts = []
+    for key, value in sorted(objs.items()):
+        if key.startswith(HOSTS):
+            try:
+                parts.append(parse_hosts(value.decode()))
+            except (HostError, UnicodeDecodeError) as exc:
+                raise InvalidIntentError(str(exc), path="store", where=key) from None
+    return concat_hosts(parts)
 
 
 def concat(sets: list[PrefixSet]) -> PrefixSet:
@@ -122,6 +149,8 @@ def join_objects(objs: Mapping[str, bytes], chunks: Mapping[str, PrefixSet] | No
     for pool in doc.get("storage_pools", []):
         if isinstance(pool, dict):
             pool["prefixes"] = concat(by_pool.get(pool.get("name", ""), []))
+    if isinstance(doc, dict):
+        doc["hosts_compact"] = join_hosts(objs)
     try:
         c = Cluster.model_validate(doc)
         check_cluster(c)

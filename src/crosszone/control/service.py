@@ -32,6 +32,7 @@ from crosszone.control.store import INTENT, STATUS, Store
 from crosszone.intent.cluster import parse_cluster, to_document
 from crosszone.intent.cluster_checks import check_cluster
 from crosszone.intent.errors import InvalidIntentError
+from crosszone.intent.hosts import HostSet
 from crosszone.intent.prefixes import PrefixError, PrefixSet, member_sorted, parse_block
 from crosszone.intent.schema_v2 import Cluster
 from crosszone.intent.validate import IntentProblem, as_error
@@ -188,7 +189,8 @@ class Controller:
                                              f"{v.name}", path="request", where=f"vpcs[{i}]")
             try:
                 small = cluster.model_copy(update={
-                    "vpcs": [v], "hosts": [], "storage_pools": [
+                    "vpcs": [v], "hosts": [], "hosts_compact": HostSet.empty(),
+                    "storage_pools": [
                         p.model_copy(update={"prefixes": plus}) if p.name == pool else
                         p.model_copy(update={"prefixes": PrefixSet.empty()})
                         for p in cluster.storage_pools]})

@@ -19,8 +19,9 @@ from pydantic import ValidationError
 
 from crosszone.intent.cluster_checks import check_cluster
 from crosszone.intent.errors import InvalidIntentError
+from crosszone.intent.hosts import HostError, HostSet, parse_hosts
 from crosszone.intent.loader import _line_of, parse_intent
-from crosszone.intent.schema import Gateway, Intent, StoragePool
+from crosszone.intent.schema import Gateway, Host, Intent, StoragePool
 from crosszone.intent.schema_v2 import Cluster, GatewayV2, StoragePoolV2
 from crosszone.intent.validate import IntentProblem, as_error, format_loc
 
@@ -64,6 +65,32 @@ def _line_in_block(root: yaml.Node | None, loc: tuple[Any, ...], msg: str) -> in
     return line
 
 
+def _block_line(root: yaml.Node | None, key: str, offset: int) -> int | None:
+    """File line of line `offset` (0-based) of the block scalar at top-level key."""
+    if not isinstance(root, yaml.MappingNode):
+        return None
+    node = next((v for k, v in root.value if getattr(k, "value", None) == key), None)
+    if node is None:
+        return None
+    return node.start_mark.line + 1 + offset + (1 if getattr(node, "style", None) in ("|", ">")
+                                                 else 0)
+
+
+def _problem_line(text: str, loc: tuple[Any, ...], hosts: HostSet) -> int | None:
+    """Line of a problem: inside the compact host block, the host's own line."""
+    root = _compose(text)
+    if len(loc) > 1 and loc[0] == "hosts_compact" and isinstance(loc[1], int) and loc[1] < len(
+            hosts):
+        return _block_line(root, "hosts_compact", int(hosts.lines[loc[1]]))
+    return _line_of(root, loc)
+
+
+def _host_block_error(exc: HostError, text: str, path: str | None) -> InvalidIntentError:
+    where = f"hosts_compact[{exc.index}]" + (f".{exc.field}" if exc.field else "")
+    return InvalidIntentError(exc.why, path=path, where=where,
+                              line=_block_line(_compose(text), "hosts_compact", exc.line))
+
+
 def parse_cluster(text: str, path: str | None = None) -> Cluster:
     """Validate intent YAML (version 1 or 2) into a frozen Cluster, or raise InvalidIntentError."""
     try:
@@ -84,6 +111,12 @@ def parse_cluster(text: str, path: str | None = None) -> Cluster:
         raise InvalidIntentError(f"unknown version {data.get('version')!r}: this crosszone reads "
                                  "versions 1 and 2", path=path, line=_line_of(root, ("version",)),
                                  where="version")
+    if isinstance(data.get("hosts_compact"), str):
+        # parsed here, not in the schema's validator, so that an error knows its line
+        try:
+            data["hosts_compact"] = parse_hosts(data["hosts_compact"])
+        except HostError as exc:
+            raise _host_block_error(exc, text, path) from None
     try:
         cluster = Cluster.model_validate(data)
     except ValidationError as exc:
@@ -101,7 +134,8 @@ def parse_cluster(text: str, path: str | None = None) -> Cluster:
     try:
         check_cluster(cluster)
     except IntentProblem as problem:
-        raise as_error(problem, path, _line_of(_compose(text), problem.loc)) from None
+        raise as_error(problem, path, _problem_line(text, problem.loc, cluster.hosts_compact)
+                       ) from None
     return cluster
 
 
@@ -131,11 +165,15 @@ def migrate_v1(intent: Intent) -> Cluster:
     )
 
 
-def to_document(c: Cluster) -> dict[str, Any]:
-    """The cluster as a plain version-2 document (pool prefixes as compact blocks)."""
-    doc = c.model_dump(mode="json", exclude_defaults=False, exclude={"storage_pools"})
+def to_document(c: Cluster, blocks: bool = True) -> dict[str, Any]:
+    """The cluster as a plain version-2 document (pool prefixes and compact hosts as blocks;
+    blocks=False leaves both out: the store keeps them in chunks)."""
+    doc = c.model_dump(mode="json", exclude_defaults=False,
+                       exclude={"storage_pools", "hosts_compact"})
+    if len(c.hosts_compact) and blocks:
+        doc["hosts_compact"] = c.hosts_compact.to_text() + "\n"
     doc["storage_pools"] = [
-        {"name": p.name, "prefixes": p.prefixes.to_text(),
+        {"name": p.name, "prefixes": p.prefixes.to_text() if blocks else "",
          "next_hops": [nh.model_dump(mode="json") for nh in p.next_hops]}
         for p in c.storage_pools]
     for gw in doc["gateways"]:
@@ -155,12 +193,28 @@ def to_document(c: Cluster) -> dict[str, Any]:
 def for_gateway(c: Cluster, name: str, core: bool = False) -> Intent:
     """The version-1 intent of one gateway (KeyError if the cluster has no such gateway).
 
-    Built without re-validation: the cluster checks already cover every version-1 check."""
+    Built without re-validation: the cluster checks already cover every version-1 check.
+    Compact hosts become Host objects unless core (then `compile_gateway` encodes them from
+    their arrays)."""
     gw = c.gateway(name)
+    hosts = c.hosts if core or not len(c.hosts_compact) else c.hosts + compact_as_hosts(
+        c.hosts_compact)
     pools = [StoragePool.model_construct(
         name=p.name, prefixes=[] if core else p.prefixes.networks(), next_hops=p.next_hops)
         for p in c.storage_pools]
     return Intent.model_construct(
         version=1, gateway=Gateway.model_construct(name=gw.name, vtep=gw.vtep,
                                                    interfaces=gw.interfaces),
-        vpcs=c.vpcs, hosts=c.hosts, storage_pools=pools)
+        vpcs=c.vpcs, hosts=hosts, storage_pools=pools)
+
+
+def compact_as_hosts(hs: HostSet) -> list[Host]:
+    """Compact hosts as verbose Host objects (small sets: tests, the version-1 projection)."""
+    from crosszone.intent.hosts import _macs
+    from crosszone.intent.schema import _v4_of_int
+
+    macs = _macs(hs.mac)
+    return [Host.model_construct(name=hs.names[i], vpc=hs.vpcs[i],
+                                 vtep=_v4_of_int(int(hs.vtep[i])),
+                                 addresses=hs.addresses_of(i), mac=macs[i])
+            for i in range(len(hs))]

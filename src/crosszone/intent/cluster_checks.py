@@ -177,8 +177,9 @@ def check_cluster(c: Cluster) -> None:
                             f"{layout.CZ_MAX_ROUTES4} / {layout.CZ_MAX_ROUTES6}")
     _check_storage_facing(storage_facing)
 
-    if len(c.hosts) > layout.CZ_MAX_HOSTS:
-        raise IntentProblem(("hosts",), f"{len(c.hosts)} hosts; the tables hold "
+    n_hosts = len(c.hosts) + len(c.hosts_compact)
+    if n_hosts > layout.CZ_MAX_HOSTS:
+        raise IntentProblem(("hosts",), f"{n_hosts} hosts; the tables hold "
                             f"{layout.CZ_MAX_HOSTS}")
     seen_addr: dict[tuple[str, Any], int] = {}
     n_addr = 0
@@ -196,6 +197,80 @@ def check_cluster(c: Cluster) -> None:
                 raise IntentProblem(("hosts", h, "addresses", j),
                                     f"{addr} is already used by hosts[{prev}]")
             n_addr += 1
+    n_addr += _check_compact_hosts(c, spaces, seen_addr)
     if n_addr > layout.CZ_MAX_HOSTS:
         raise IntentProblem(("hosts",), f"{n_addr} host addresses; the tables hold "
                             f"{layout.CZ_MAX_HOSTS}")
+
+
+def _check_compact_hosts(c: Cluster, spaces: dict[str, dict[int, Any]],
+                         seen_verbose: dict[tuple[str, Any], int]) -> int:
+    """The verbose hosts' checks, vectorised, for the compact block; returns its addresses."""
+    hs = c.hosts_compact
+    if len(hs) == 0:
+        return 0
+    where = "hosts_compact"
+    verbose = {h.name: i for i, h in enumerate(c.hosts)}
+    if len(set(hs.names)) != len(hs.names) or not verbose.keys().isdisjoint(hs.names):
+        seen: dict[str, int] = {}
+        for i, name in enumerate(hs.names):
+            if name in verbose:
+                raise IntentProblem((where, i, "name"),
+                                    f"{name} is already used by hosts[{verbose[name]}]")
+            if name in seen:
+                raise IntentProblem((where, i, "name"),
+                                    f"{name} is already used by {where}[{seen[name]}]")
+            seen[name] = i
+    vpc_index = {v.name: k for k, v in enumerate(c.vpcs)}
+    unknown = set(hs.vpcs) - vpc_index.keys()
+    if unknown:
+        i = next(i for i, v in enumerate(hs.vpcs) if v in unknown)
+        raise IntentProblem((where, i, "vpc"), f"no VPC named {hs.vpcs[i]!r}")
+    vi = np.fromiter((vpc_index[v] for v in hs.vpcs), np.int64, len(hs))
+    # IPv4: inside the VPC's prefix, unique per VPC (also against the verbose hosts)
+    nv = len(c.vpcs)
+    has4 = np.zeros(nv, bool)
+    net4 = np.zeros(nv, np.uint32)
+    mask4 = np.zeros(nv, np.uint32)
+    for k, v in enumerate(c.vpcs):
+        own = spaces[v.name].get(4)
+        if own is not None:
+            has4[k] = True
+            net4[k] = int(own.network_address)
+            mask4[k] = int(own.netmask)
+    av = vi[hs.h4]
+    inside = has4[av] & ((hs.a4 & mask4[av]) == net4[av])
+    if not inside.all():
+        j = int(np.flatnonzero(~inside)[0])
+        h = int(hs.h4[j])
+        raise IntentProblem((where, h, "addresses"),
+                            f"{ipaddress.IPv4Address(int(hs.a4[j]))} is outside every prefix "
+                            f"of VPC {hs.vpcs[h]}")
+    old = [(vpc_index[vpc], int(a)) for (vpc, a), _ in seen_verbose.items() if a.version == 4]
+    old_keys = np.array([(k << 32) | a for k, a in old], np.uint64)
+    keys = np.concatenate([old_keys, (av.astype(np.uint64) << np.uint64(32))
+                           | hs.a4.astype(np.uint64)])
+    dup = duplicates4(keys)
+    if len(dup):
+        j = int(dup[0]) - len(old_keys)
+        first = int(np.flatnonzero(keys == keys[int(dup[0])])[0])
+        if first < len(old_keys):
+            k, a = old[first]
+            by = f"hosts[{seen_verbose[(c.vpcs[k].name, ipaddress.IPv4Address(a))]}]"
+        else:
+            by = f"{where}[{int(hs.h4[first - len(old_keys)])}]"
+        raise IntentProblem((where, int(hs.h4[j]), "addresses"),
+                            f"{ipaddress.IPv4Address(int(hs.a4[j]))} is already used by {by}")
+    # IPv6: few; one at a time
+    seen6 = {(vpc, a): f"hosts[{i}]" for (vpc, a), i in seen_verbose.items() if a.version == 6}
+    for h, hi, lo in zip(hs.h6.tolist(), hs.hi6.tolist(), hs.lo6.tolist()):
+        addr = ipaddress.IPv6Address((hi << 64) | lo)
+        vpc = hs.vpcs[h]
+        own6 = spaces[vpc].get(6)
+        if own6 is None or addr not in own6:
+            raise IntentProblem((where, h, "addresses"),
+                                f"{addr} is outside every prefix of VPC {vpc}")
+        prev = seen6.setdefault((vpc, addr), f"{where}[{h}]")
+        if prev != f"{where}[{h}]":
+            raise IntentProblem((where, h, "addresses"), f"{addr} is already used by {prev}")
+    return hs.n_addresses

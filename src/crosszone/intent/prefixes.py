@@ -75,7 +75,10 @@ class PrefixSet:
 
     def to_text(self) -> str:
         """The block form again, one prefix per line (IPv4 first)."""
-        return "\n".join(str(n) for n in self.networks())
+        a = self.addr4.astype(np.int64)
+        lines = [f"{w}.{x}.{y}.{z}/{n}" for w, x, y, z, n in zip(
+            *(((a >> s) & 255).tolist() for s in (24, 16, 8, 0)), self.plen4.tolist())]
+        return "\n".join(lines + [str(n) for n in self.networks6()])
 
     @classmethod
     def empty(cls) -> PrefixSet:

@@ -3,7 +3,9 @@
 Version 2 grows version 1 from one gateway to a cluster: several gateways (each with its
 interfaces, the shared anycast VTEP and its BGP session data), a traffic policy, and storage pools
 whose prefixes may be given as a compact block (one string, parsed with numpy) so that a million
-routes load in well under a second. VPCs, hosts, routes and next hops keep their version-1 models.
+routes load in well under a second; hosts likewise (`hosts_compact`, one line per host, see
+`crosszone.intent.hosts`), next to or instead of the verbose `hosts` list. VPCs, hosts, routes
+and next hops keep their version-1 models.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from crosszone.intent.hosts import HostError, HostSet, parse_hosts
 from crosszone.intent.prefixes import PrefixError, PrefixSet, parse_block
 from crosszone.intent.schema import Address, Host, Interface, IPv4, Name, NextHop, Vpc, _network
 
@@ -41,6 +44,22 @@ def _prefix_block(value: object) -> PrefixSet:
 
 
 PrefixBlock = Annotated[PrefixSet, BeforeValidator(_prefix_block)]
+
+
+def _host_block(value: object) -> HostSet:
+    """One string of host lines ('name vpc vtep mac addr[,addr]') -> HostSet."""
+    if isinstance(value, HostSet):
+        return value
+    if not isinstance(value, str):
+        raise ValueError("hosts_compact must be one string of lines 'name vpc vtep mac "
+                         "addr[,addr]'")
+    try:
+        return parse_hosts(value)
+    except HostError as exc:
+        raise ValueError(str(exc)) from None
+
+
+HostBlock = Annotated[HostSet, BeforeValidator(_host_block)]
 
 
 class _Model(BaseModel):
@@ -97,6 +116,7 @@ class Cluster(_Model):
     gateways: list[GatewayV2] = Field(min_length=1)
     vpcs: list[Vpc] = Field(min_length=1)
     hosts: list[Host] = []
+    hosts_compact: HostBlock = HostSet.empty()
     storage_pools: list[StoragePoolV2] = []
     policy: Policy = Policy()
 

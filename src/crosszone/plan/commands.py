@@ -300,6 +300,63 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
         _run(action)
 
+    @app.command("simulate-validate")
+    def simulate_validate_command(
+        rate_mbit: Annotated[
+            float, typer.Option(help="Shaped rate of each emulated gateway, Mbit/s.")
+        ] = 200.0,
+        congestion: Annotated[
+            str, typer.Option(help="TCP congestion control of the flows (bbr, cubic, reno).")
+        ] = "bbr",
+        as_json: Annotated[
+            bool, typer.Option("--json", help="Print one JSON line per mix.")
+        ] = False,
+    ) -> None:
+        """Compare the fluid model with a small emulated tier (root; czval-* namespaces)."""
+        from crosszone.plan.validation import ValidationError, run_validation
+
+        try:
+            run = run_validation(rate_mbit=rate_mbit, congestion=congestion)
+        except ValidationError as exc:
+            Console(stderr=True, highlight=False).print(f"error: {exc}", markup=False)
+            raise typer.Exit(code=2) from None
+        if as_json:
+            for mix in run.mixes:
+                print(json.dumps(mix.to_json()), flush=True)
+            return
+        console = _console()
+        console.print(
+            f"{len(run.mixes)} mixes, 2 gateways shaped to {run.rate_mbit:g} Mbit/s "
+            f"(unshaped the tier forwards {run.unshaped_gbps:.2f} Gbps), {run.congestion}; "
+            f"goodput factor {run.goodput_factor:.3f} from one calibration flow: model capacity "
+            f"{run.capacity_gbps * 1e3:.1f} Mbit/s per gateway"
+        )
+        for mix in run.mixes:
+            table = Table(title=f"{mix.mix}: {mix.description}")
+            for column in ("flow", "MiB", "gateway", "start ms", "emulated s", "model s", "error"):
+                table.add_column(column, justify="left" if column == "flow" else "right")
+            for f in mix.flows:
+                table.add_row(
+                    f.name,
+                    f"{f.size_bytes / 2**20:g}",
+                    str(f.gateway),
+                    f"{f.start_s * 1e3:.1f}",
+                    f"{f.measured_s:.3f}",
+                    f"{f.model_s:.3f}",
+                    f"{f.rel_error:+.1%}",
+                )
+            table.add_row(
+                "batch",
+                "",
+                "",
+                "",
+                f"{mix.measured_batch_s:.3f}",
+                f"{mix.model_batch_s:.3f}",
+                f"{mix.batch_rel_error:+.1%}",
+            )
+            console.print(table)
+            console.print(json.dumps(mix.to_json()), markup=False, highlight=False)
+
     @bench_app.command("simulate")
     def bench_simulate(
         servers: Annotated[int, typer.Option(help="GPU servers.")] = 10000,

@@ -5,7 +5,9 @@ next to current packages on Python 3.11, and it is unmaintained. etcd 3.4 serves
 as JSON on its client URL (/v3/kv/range, /v3/kv/txn, /v3/watch; keys and values base64), which
 needs nothing beyond httpx.
 
-One `put_many` is one etcd transaction, hence one etcd revision. Large intents need etcd started
+One `put_many` is one etcd transaction, hence one etcd revision. `watch` keeps one watch stream
+open (a thread reads it), so a change reaches the agent as soon as etcd sends it, instead of
+after a new stream is set up per call. Large intents need etcd started
 with a larger --max-request-bytes and --max-txn-ops (the fixtures and the benchmark do); the
 defaults (1.5 MiB, 128 operations) are for small configurations.
 """
@@ -13,8 +15,14 @@ defaults (1.5 MiB, 128 operations) are for small configurations.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import socket
+import threading
+import time
+from collections import deque
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -42,7 +50,10 @@ class EtcdStore(Store):
     def __init__(self, base_url: str, timeout: float = 10.0, root: str = "/crosszone/") -> None:
         self.base_url = base_url.rstrip("/")
         self.root = root
+        self.timeout = timeout
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout)
+        self._cond = threading.Condition()
+        self._stream: _WatchStream | None = None
 
     def _post(self, path: str, body: dict) -> dict:
         try:
@@ -81,36 +92,129 @@ class EtcdStore(Store):
         return int(out["header"]["revision"])
 
     def watch(self, prefix: str, after: int, timeout: float) -> list[Event]:
-        """Open a watch from revision after+1; return the first batch of events (or [])."""
+        """Events under prefix after a revision, from one long-lived watch stream.
+
+        The stream (POST /v3/watch, a streaming response) is opened once, from after+1, and
+        read by a thread into a buffer; each call takes what arrived or waits for it. It is
+        reopened only when the caller asks for another prefix, or for revisions the stream has
+        already passed, or after an error (raised here as StoreUnavailable once)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            w = self._stream
+            if w is None or w.prefix != prefix or after + 1 < w.start or after < w.consumed:
+                self._open_stream(prefix, after + 1)
+                w = self._stream
+                assert w is not None
+                # a new stream: wait until etcd answered (or refused), as a request would
+                opened = time.monotonic() + self.timeout
+                while not w.ready and w.error is None and time.monotonic() < opened:
+                    self._cond.wait(opened - time.monotonic())
+            assert w is not None
+            while True:
+                if w.error is not None:
+                    self._stream = None
+                    w.stop()
+                    raise StoreUnavailable(f"etcd {self.base_url}: watch: {w.error}")
+                while w.buffer and w.buffer[0].revision <= after:
+                    w.buffer.popleft()
+                if w.buffer:
+                    out = list(w.buffer)
+                    w.buffer.clear()
+                    w.consumed = out[-1].revision
+                    return out
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return []
+                self._cond.wait(left)
+
+    def _open_stream(self, prefix: str, start: int) -> None:
+        if self._stream is not None:
+            self._stream.stop()
+        w = _WatchStream(prefix, start, start - 1)
+        self._stream = w
         full = self.root + prefix
         body = {"create_request": {"key": _b64(full), "range_end": _range_end(full),
-                                   "start_revision": after + 1}}
+                                   "start_revision": start}}
+        w.client = httpx.Client(base_url=self.base_url,
+                                timeout=httpx.Timeout(self.timeout, read=None))
+        w.thread = threading.Thread(target=self._read_stream, args=(w, body), daemon=True,
+                                    name=f"etcd-watch-{prefix}")
+        w.thread.start()
+
+    def _read_stream(self, w: _WatchStream, body: dict) -> None:
         n = len(self.root)
         try:
-            with self._http.stream("POST", "/v3/watch", json=body,
-                                   timeout=httpx.Timeout(10.0, read=max(timeout, 0.001))) as r:
+            assert w.client is not None
+            with w.client.stream("POST", "/v3/watch", json=body) as r:
                 if r.status_code != 200:
-                    raise StoreUnavailable(f"etcd watch: HTTP {r.status_code}")
+                    raise StoreUnavailable(f"HTTP {r.status_code}")
+                ns = r.extensions.get("network_stream")
+                w.sock = ns.get_extra_info("socket") if ns is not None else None
+                with self._cond:
+                    w.ready = True
+                    self._cond.notify_all()
+                if w.stopped:
+                    return
                 for line in r.iter_lines():
+                    if w.stopped:
+                        return
                     if not line.strip():
                         continue
-                    res = json.loads(line).get("result", {})
+                    msg = json.loads(line)
+                    if "error" in msg:
+                        raise StoreUnavailable(f"{msg['error']}")
+                    res = msg.get("result", {})
                     if int(res.get("compact_revision", 0) or 0):
-                        raise StoreUnavailable(f"etcd watch: revision {after + 1} compacted "
-                                               f"(oldest {res['compact_revision']})")
-                    events = res.get("events") or []
+                        raise StoreUnavailable(f"revision {w.start} compacted (oldest "
+                                               f"{res['compact_revision']})")
+                    if res.get("canceled"):
+                        raise StoreUnavailable(f"canceled: {res.get('cancel_reason', '')}")
+                    events = [Event(int(e["kv"]["mod_revision"]),
+                                    _unb64(e["kv"]["key"]).decode()[n:],
+                                    None if e.get("type") == "DELETE"
+                                    else _unb64(e["kv"].get("value", "")))
+                              for e in res.get("events") or []]
                     if events:
-                        return [Event(int(e["kv"]["mod_revision"]),
-                                      _unb64(e["kv"]["key"]).decode()[n:],
-                                      None if e.get("type") == "DELETE"
-                                      else _unb64(e["kv"].get("value", "")))
-                                for e in events]
-        except httpx.ReadTimeout:
-            return []
-        except httpx.HTTPError as exc:
-            raise StoreUnavailable(f"etcd {self.base_url}: {exc}") from None
-        return []
+                        with self._cond:
+                            w.buffer.extend(events)
+                            self._cond.notify_all()
+            raise StoreUnavailable("the watch stream ended")
+        except Exception as exc:  # reported to the caller of watch
+            if not w.stopped:
+                with self._cond:
+                    w.error = exc
+                    self._cond.notify_all()
 
     def close(self) -> None:
-        """Close the HTTP client."""
+        """Close the HTTP clients (and the watch stream)."""
+        with self._cond:
+            if self._stream is not None:
+                self._stream.stop()
+                self._stream = None
         self._http.close()
+
+
+@dataclass(eq=False)
+class _WatchStream:
+    """One open watch: events read so far and not yet taken, and how far the caller got."""
+
+    prefix: str
+    start: int                      # first revision the stream delivers
+    consumed: int                   # last revision handed to the caller
+    buffer: deque[Event] = field(default_factory=deque)
+    error: Exception | None = None
+    ready: bool = False             # etcd answered 200
+    stopped: bool = False
+    client: httpx.Client | None = None
+    thread: threading.Thread | None = None
+    sock: socket.socket | None = None
+
+    def stop(self) -> None:
+        """Close the stream: shut its socket down, which ends the blocked read of its thread."""
+        self.stopped = True
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
+        if self.client is not None:
+            with contextlib.suppress(Exception):  # closing from another thread may race
+                self.client.close()

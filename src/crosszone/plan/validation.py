@@ -13,7 +13,9 @@ Topology (all in namespaces prefixed `czval-`; nothing else is touched)::
                                          ==veth== czval-gw1 ==veth==
 
 Each gateway forwards (plain kernel routing) and shapes its egress toward the client with a
-token bucket (`tbf`, FIFO behind it, like a NIC queue: no per-flow fair queueing). Storage sends
+token bucket (`tbf`, 1 MiB FIFO behind it, like a NIC queue: no per-flow fair queueing; this
+kernel has no fair-queueing qdisc at all). TCP congestion control is set per socket (default
+bbr, the box's default; cubic for comparison: it shares a FIFO less evenly). Storage sends
 the data (dataset reads: storage -> GPU hosts) over a multipath route with the L4 hash
 (`fib_multipath_hash_policy=1`): the kernel places each TCP flow on a gateway by a hash of its
 5-tuple, i.e. ECMP with real collisions. `ip route get ... ipproto tcp sport .. dport ..` asks the

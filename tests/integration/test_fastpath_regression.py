@@ -24,6 +24,7 @@ with a message that points here; the ND frames are documented in docs/emulate.md
    so this is the pipeline's rule, not a kernel-vs-model drift. These frames were the
    "2643 crosszone drops" of the first demo; the emulated vSwitch no longer tunnels them
    (docs/emulate.md), so the demo's drop column counts real losses only.
+   Fixed in ea0c37d (reason pass_inner_nd); the test guards it.
 """
 
 from __future__ import annotations

@@ -187,9 +187,10 @@ def test_fuzz_structures_raise_only_the_project_error(data: object) -> None:
 def _compact_doc(extra: str = "") -> str:
     d = doc()
     hosts = d.pop("hosts")
+    block = d.pop("hosts_compact")
     text = yaml.safe_dump(d, sort_keys=False)
     lines = [f"  {h['name']} {h['vpc']} {h['vtep']} {h['mac']} {','.join(h['addresses'])}"
-             for h in hosts]
+             for h in hosts] + ["  " + ln for ln in block.splitlines()]
     return text + "hosts_compact: |\n" + "\n".join(lines) + "\n" + extra
 
 
@@ -198,7 +199,8 @@ def test_compact_hosts_compile_like_verbose_ones() -> None:
     from crosszone.control.objects import join_objects, split_cluster
 
     verbose, compact = load_cluster(CLUSTER), parse_cluster(_compact_doc())
-    assert len(compact.hosts) == 0 and len(compact.hosts_compact) == 2
+    assert len(verbose.hosts) == 2 and len(verbose.hosts_compact) == 1
+    assert len(compact.hosts) == 0 and len(compact.hosts_compact) == 3
     ev = compile_gateway(verbose, "gw-a", lambda n: 1).entries
     ec = compile_gateway(compact, "gw-a", lambda n: 1).entries
     assert ev == ec
@@ -211,25 +213,25 @@ def test_compact_hosts_compile_like_verbose_ones() -> None:
 
 COMPACT_BAD = [
     # (line appended to the block, where, text)
-    ("  h3 tenant-a 10.1.0.3 02:00:00:01:00:03", "hosts_compact[2]", "4 fields"),
-    ("  h3 tenant-a 10.1.0.300 02:00:00:01:00:03 192.168.1.11", "hosts_compact[2].vtep",
+    ("  h3 tenant-a 10.1.0.3 02:00:00:01:00:03", "hosts_compact[3]", "4 fields"),
+    ("  h3 tenant-a 10.1.0.300 02:00:00:01:00:03 192.168.1.11", "hosts_compact[3].vtep",
      "IPv4"),
-    ("  h3 tenant-a fd00::1 02:00:00:01:00:03 192.168.1.11", "hosts_compact[2].vtep", "IPv4"),
-    ("  h3 tenant-a 10.1.0.3 02:00:00:01:00 192.168.1.11", "hosts_compact[2].mac", "MAC"),
-    ("  h/3 tenant-a 10.1.0.3 02:00:00:01:00:03 192.168.1.11", "hosts_compact[2].name",
+    ("  h3 tenant-a fd00::1 02:00:00:01:00:03 192.168.1.11", "hosts_compact[3].vtep", "IPv4"),
+    ("  h3 tenant-a 10.1.0.3 02:00:00:01:00 192.168.1.11", "hosts_compact[3].mac", "MAC"),
+    ("  h/3 tenant-a 10.1.0.3 02:00:00:01:00:03 192.168.1.11", "hosts_compact[3].name",
      "not a name"),
-    ("  h3 tenant-a 10.1.0.3 02:00:00:01:00:03 192.168.1.x", "hosts_compact[2].addresses",
+    ("  h3 tenant-a 10.1.0.3 02:00:00:01:00:03 192.168.1.x", "hosts_compact[3].addresses",
      "not an IP"),
-    ("  h3 nope 10.1.0.3 02:00:00:01:00:03 192.168.1.11", "hosts_compact[2].vpc", "no VPC"),
-    ("  h3 tenant-a 10.1.0.3 02:00:00:01:00:03 10.9.9.9", "hosts_compact[2].addresses",
+    ("  h3 nope 10.1.0.3 02:00:00:01:00:03 192.168.1.11", "hosts_compact[3].vpc", "no VPC"),
+    ("  h3 tenant-a 10.1.0.3 02:00:00:01:00:03 10.9.9.9", "hosts_compact[3].addresses",
      "outside"),
-    ("  h3 tenant-a 10.1.0.3 02:00:00:01:00:03 fd00:b::1", "hosts_compact[2].addresses",
+    ("  h3 tenant-a 10.1.0.3 02:00:00:01:00:03 fd00:b::1", "hosts_compact[3].addresses",
      "outside"),
-    ("  h3 tenant-a 10.1.0.3 02:00:00:01:00:03 192.168.1.10", "hosts_compact[2].addresses",
+    ("  h3 tenant-a 10.1.0.3 02:00:00:01:00:03 192.168.1.10", "hosts_compact[3].addresses",
      "already used by hosts_compact[0]"),
-    ("  h3 tenant-a 10.1.0.3 02:00:00:01:00:03 fd00:a::10", "hosts_compact[2].addresses",
+    ("  h3 tenant-a 10.1.0.3 02:00:00:01:00:03 fd00:a::10", "hosts_compact[3].addresses",
      "already used by hosts_compact[0]"),
-    ("  gpu1-a tenant-a 10.1.0.3 02:00:00:01:00:03 192.168.1.11", "hosts_compact[2].name",
+    ("  gpu1-a tenant-a 10.1.0.3 02:00:00:01:00:03 192.168.1.11", "hosts_compact[3].name",
      "already used"),
 ]
 
@@ -247,8 +249,9 @@ def test_compact_host_errors_name_file_line_host_field(case: tuple) -> None:
 
 
 def test_compact_hosts_collide_with_verbose_ones() -> None:
-    src = CLUSTER.read_text() + "hosts_compact: |\n  h9 tenant-b 10.1.0.9 02:00:00:01:00:09 " \
-        "192.168.1.10\n"
+    src = CLUSTER.read_text().replace(
+        "hosts_compact: |\n", "hosts_compact: |\n  h9 tenant-b 10.1.0.9 02:00:00:01:00:09 "
+        "192.168.1.10\n")
     with pytest.raises(InvalidIntentError) as e:
         parse_cluster(src, "h.yaml")
     assert "hosts_compact[0].addresses" in str(e.value) and "hosts[1]" in str(e.value)

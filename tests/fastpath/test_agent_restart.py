@@ -42,46 +42,22 @@ from crosszone.fastpath.netns import in_netns
 from crosszone.intent.cluster import parse_cluster
 from crosszone.intent.loader import load_intent
 
-from packet_fixtures import EXAMPLE, storage_reply, vxlan
+from packet_fixtures import storage_reply, vxlan
+from veth_topology import gateway_between
 
 ETH_P_ALL = 0x0003
 SO_RCVBUFFORCE = 33
-MACS = {"c0": "02:00:00:00:10:01", "s0": "02:00:00:00:20:01",
-        "h0": "02:00:00:00:10:fe", "st0": "02:00:00:00:30:01"}
 CLI = Path(sys.executable).with_name("crosszone")
 MAGIC = b"CZAGSEQ:"
-RATE = 2000          # frames per second and direction
-BURST = 10           # frames per direction per tick (one tick every BURST / RATE seconds)
-
-
-def sh(*args: str) -> None:
-    subprocess.run(args, check=True, capture_output=True)
+RATE = 2000  # frames per second and direction
+BURST = 10  # frames per direction per tick (one tick every BURST / RATE seconds)
 
 
 @pytest.fixture()
 def topo(tmp_path: Path, bpffs: Path) -> Iterator[tuple[dict[str, str], Path, Path]]:
     """host ns (h0) -- gateway ns (c0 | s0) -- storage ns (st0); the intent; the pin dir."""
-    tag = secrets.token_hex(3)
-    ns = {"gw": f"czag-{tag}-gw", "h": f"czag-{tag}-h", "st": f"czag-{tag}-st"}
-    pin = bpffs / f"czag-{tag}"
-    try:
-        for name in ns.values():
-            sh("ip", "netns", "add", name)
-            sh("ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
-        sh("ip", "-n", ns["gw"], "link", "add", "c0", "type", "veth", "peer", "name", "h0",
-           "netns", ns["h"])
-        sh("ip", "-n", ns["gw"], "link", "add", "s0", "type", "veth", "peer", "name", "st0",
-           "netns", ns["st"])
-        for where, dev in (("gw", "c0"), ("gw", "s0"), ("h", "h0"), ("st", "st0")):
-            sh("ip", "-n", ns[where], "link", "set", dev, "address", MACS[dev], "promisc", "on",
-               "up")
-        intent = tmp_path / "gw.yaml"
-        intent.write_text(EXAMPLE.read_text().replace("compute0", "c0").replace("storage0", "s0"))
-        yield ns, intent, pin
-    finally:
-        deploy.detach(pin)
-        for name in ns.values():
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    with gateway_between("czag", tmp_path, bpffs) as t:
+        yield t
 
 
 class Counter:
@@ -150,8 +126,9 @@ def _frames() -> tuple[bytes, bytes]:
 
     Inner UDP without checksum: the sequence number is patched in place per frame."""
     payload = Raw(MAGIC + bytes(8) + b"p" * 64)
-    up = vxlan(IP(src="192.168.1.10", dst="172.16.5.5") / UDP(sport=40000, dport=80, chksum=0)
-               / payload)
+    up = vxlan(
+        IP(src="192.168.1.10", dst="172.16.5.5") / UDP(sport=40000, dport=80, chksum=0) / payload
+    )
     down = storage_reply("100.64.1.10", l4=UDP(sport=80, dport=40000, chksum=0))
     down = down.copy()
     down[UDP].remove_payload()
@@ -165,18 +142,34 @@ class AgentProc:
     def __init__(self, db: Path, ns: str, pin: Path, log: Path, *extra: str) -> None:
         self.log = log
         self.proc = subprocess.Popen(
-            [str(CLI), "agent", "--gateway", "gw-a", "--store", f"sqlite://{db}", "--netns", ns,
-             "--pin-dir", str(pin), "--metrics", "", *extra],
-            stdout=subprocess.DEVNULL, stderr=log.open("ab"), env={**os.environ,
-                                                                  "COLUMNS": "200"})
+            [
+                str(CLI),
+                "agent",
+                "--gateway",
+                "gw-a",
+                "--store",
+                f"sqlite://{db}",
+                "--netns",
+                ns,
+                "--pin-dir",
+                str(pin),
+                "--metrics",
+                "",
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("ab"),
+            env={**os.environ, "COLUMNS": "200"},
+        )
 
     def wait_applied(self, state: Path, timeout: float = 60.0) -> dict:
         """The state file once this process has applied a revision."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(f"agent exited {self.proc.returncode}:\n"
-                                     + self.log.read_text())
+                raise AssertionError(
+                    f"agent exited {self.proc.returncode}:\n" + self.log.read_text()
+                )
             try:
                 st = json.loads(state.read_text())
                 if st.get("pid") == self.proc.pid:
@@ -197,7 +190,7 @@ def _expected(intent: Path, netns: str, sent: bytes, got: bytes) -> bytes:
     at = got.index(MAGIC) + len(MAGIC)
     frame = bytearray(sent)
     i = frame.index(MAGIC) + len(MAGIC)
-    frame[i:i + 8] = got[at:at + 8]
+    frame[i : i + 8] = got[at : at + 8]
     with in_netns(netns):
         bound = bind_ports(compile_intent(load_intent(intent).intent), socket.if_nametoindex)
         ingress = socket.if_nametoindex("c0" if frame[36:38] == b"\x12\xb5" else "s0")
@@ -213,8 +206,7 @@ def _read_maps(pin: Path, wanted: Entries) -> Entries:
 
 def test_restart_and_upgrade_under_traffic_lose_nothing(topo, tmp_path: Path) -> None:
     ns, intent, pin = topo
-    db, log, state = (tmp_path / "state.db", tmp_path / "agent.log",
-                      default_state_file(pin))
+    db, log, state = (tmp_path / "state.db", tmp_path / "agent.log", default_state_file(pin))
     store = SqliteStore(str(db))
     Controller(store).apply(intent.read_text(), source=str(intent))
     agents: list[AgentProc] = []
@@ -227,8 +219,9 @@ def test_restart_and_upgrade_under_traffic_lose_nothing(topo, tmp_path: Path) ->
         assert first["last"]["mode"] == "full" and first["last"]["puts"] > 0, first
 
         cluster = parse_cluster(intent.read_text(), str(intent))
-        want = compile_gateway(cluster, "gw-a", ifindex_in(ns["gw"]),
-                               Ids.from_json(json.dumps(first["ids"]))).entries
+        want = compile_gateway(
+            cluster, "gw-a", ifindex_in(ns["gw"]), Ids.from_json(json.dumps(first["ids"]))
+        ).entries
         wanted = {k: v for k, v in want.items() if v or k not in ARRAY_MAPS}
         assert _read_maps(pin, want) == wanted, "first start did not program the intent"
 
@@ -239,7 +232,7 @@ def test_restart_and_upgrade_under_traffic_lose_nothing(topo, tmp_path: Path) ->
         streamer.start()
         time.sleep(1.0)
 
-        agents[-1].kill()           # crash: nothing runs the control plane now
+        agents[-1].kill()  # crash: nothing runs the control plane now
         time.sleep(0.5)
         agents.append(AgentProc(db, ns["gw"], pin, log))
         again = agents[-1].wait_applied(state)
@@ -250,7 +243,7 @@ def test_restart_and_upgrade_under_traffic_lose_nothing(topo, tmp_path: Path) ->
         with in_netns(ns["gw"]):
             prog_before = xdp_query_prog_id(socket.if_nametoindex("c0"))
         agents[-1].kill()
-        agents.append(AgentProc(db, ns["gw"], pin, log, "--reattach"))   # upgrade
+        agents.append(AgentProc(db, ns["gw"], pin, log, "--reattach"))  # upgrade
         upgraded = agents[-1].wait_applied(state)
         assert upgraded["last"]["puts"] == 0 and upgraded["last"]["deletes"] == 0, upgraded
         with in_netns(ns["gw"]):
@@ -261,15 +254,20 @@ def test_restart_and_upgrade_under_traffic_lose_nothing(topo, tmp_path: Path) ->
 
         stop.set()
         streamer.join(10)
-        time.sleep(0.5)             # the last frames in flight
+        time.sleep(0.5)  # the last frames in flight
         for c in counters:
             c.close()
         for s in senders:
             s.sock.close()
-        figures = {"up_sent": senders[0].sent, "up_received": len(counters[0].seen),
-                   "down_sent": senders[1].sent, "down_received": len(counters[1].seen)}
-        figures["reasons"] = {r.name: n for r, (n, _b) in
-                              deploy.pinned_maps(pin).reason_stats().items() if n}
+        figures = {
+            "up_sent": senders[0].sent,
+            "up_received": len(counters[0].seen),
+            "down_sent": senders[1].sent,
+            "down_received": len(counters[1].seen),
+        }
+        figures["reasons"] = {
+            r.name: n for r, (n, _b) in deploy.pinned_maps(pin).reason_stats().items() if n
+        }
         print("zero-loss restart:", json.dumps(figures))
         (tmp_path / "figures.json").write_text(json.dumps(figures))
         assert senders[0].sent > 3 * RATE and senders[1].sent > 3 * RATE, figures

@@ -3,9 +3,7 @@ underlay MTU, replacing the program under its pinned maps, and a detach that lea
 
 from __future__ import annotations
 
-import secrets
 import socket
-import subprocess
 import time
 from pathlib import Path
 
@@ -20,84 +18,17 @@ from crosszone.fastpath.maps_io import bind_ports
 from crosszone.fastpath.netns import in_netns
 from crosszone.intent.loader import load_intent
 
-from packet_fixtures import EXAMPLE, storage_reply, vxlan
+from packet_fixtures import storage_reply, vxlan
+from veth_topology import gateway_between
 
 ETH_P_ALL = 0x0003
-MACS = {
-    "c0": "02:00:00:00:10:01",
-    "s0": "02:00:00:00:20:01",
-    "h0": "02:00:00:00:10:fe",
-    "st0": "02:00:00:00:30:01",
-}
-
-
-def sh(*args: str) -> None:
-    subprocess.run(args, check=True, capture_output=True)
 
 
 @pytest.fixture()
 def topo(tmp_path, bpffs):
-    """host ns (h0) -- gateway ns (c0 | s0) -- storage ns (st0), MTU 9000, IPv6 off."""
-    tag = secrets.token_hex(3)
-    ns = {"gw": f"czfp-{tag}-gw", "h": f"czfp-{tag}-h", "st": f"czfp-{tag}-st"}
-    pin = bpffs / f"czfp-{tag}"
-    try:
-        for name in ns.values():
-            sh("ip", "netns", "add", name)
-            sh("ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
-        sh(
-            "ip",
-            "-n",
-            ns["gw"],
-            "link",
-            "add",
-            "c0",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "h0",
-            "netns",
-            ns["h"],
-        )
-        sh(
-            "ip",
-            "-n",
-            ns["gw"],
-            "link",
-            "add",
-            "s0",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "st0",
-            "netns",
-            ns["st"],
-        )
-        for where, dev in (("gw", "c0"), ("gw", "s0"), ("h", "h0"), ("st", "st0")):
-            sh(
-                "ip",
-                "-n",
-                ns[where],
-                "link",
-                "set",
-                dev,
-                "address",
-                MACS[dev],
-                "mtu",
-                "9000",
-                "promisc",
-                "on",
-                "up",
-            )
-        intent = tmp_path / "gw.yaml"
-        intent.write_text(EXAMPLE.read_text().replace("compute0", "c0").replace("storage0", "s0"))
-        yield ns, intent, pin
-    finally:
-        deploy.detach(pin)
-        for name in ns.values():
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    """host ns (h0) -- gateway ns (c0 | s0) -- storage ns (st0), MTU 9000."""
+    with gateway_between("czfp", tmp_path, bpffs, mtu=9000) as t:
+        yield t
 
 
 class Port:

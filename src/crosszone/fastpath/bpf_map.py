@@ -35,6 +35,7 @@ from crosszone.fastpath.libbpf_abi import (
     _update_elem,
     c_u32,
     obj_get,
+    obj_info,
     obj_pin,
     possible_cpus,
 )
@@ -122,14 +123,7 @@ class BpfMap:
     @property
     def id(self) -> int:
         """Kernel map id."""
-        info = _MapInfo()
-        size = c_u32(ctypes.sizeof(info))
-        _check(
-            _info_by_fd(self.fd, ctypes.byref(info), ctypes.byref(size)),
-            "bpf_obj_get_info_by_fd",
-            self.name,
-        )
-        return int(info.id)
+        return int(obj_info(self.fd, _MapInfo(), self.name).id)  # type: ignore[attr-defined]
 
     def close(self) -> None:
         """Close the fd if this map owns it (maps of a BpfObject are closed with the object)."""

@@ -83,6 +83,7 @@ from crosszone.fastpath.libbpf_abi import (
     c_u32,
     c_void_p,
     obj_get,
+    obj_info,
     obj_pin,
     possible_cpus,
 )
@@ -180,14 +181,7 @@ class BpfProgram:
     @property
     def id(self) -> int:
         """Kernel program id (what xdp_query_prog_id reports)."""
-        info = _ProgInfo()
-        size = c_u32(ctypes.sizeof(info))
-        _check(
-            _info_by_fd(self.fd, ctypes.byref(info), ctypes.byref(size)),
-            "bpf_obj_get_info_by_fd",
-            self.name,
-        )
-        return int(info.id)
+        return int(obj_info(self.fd, _ProgInfo(), self.name).id)  # type: ignore[attr-defined]
 
     def close(self) -> None:
         """Close the fd if this program owns it."""

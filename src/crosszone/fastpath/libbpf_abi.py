@@ -243,6 +243,15 @@ class _ProgInfo(ctypes.Structure):
     _fields_ = [("type", c_u32), ("id", c_u32), ("tag", ctypes.c_uint8 * 8)]
 
 
+def obj_info(fd: int, info: ctypes.Structure, target: str) -> ctypes.Structure:
+    """Fill a bpf_*_info struct for fd (bpf_obj_get_info_by_fd) and return it."""
+    size = c_u32(ctypes.sizeof(info))
+    _check(
+        _info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)), "bpf_obj_get_info_by_fd", target
+    )
+    return info
+
+
 def _errno() -> int:
     return ctypes.get_errno() or errno_mod.EIO
 

@@ -38,9 +38,13 @@ def check_cmd(file: Path = typer.Argument(..., help="Intent YAML (version 1 or 2
     if isinstance(first, dict) and first.get("version") == 1:
         note = " (version 1: read as a one-gateway cluster; `crosszone intent migrate` " \
                "prints it as version 2)"
-    Console().print(f"{file}: valid{note}: {len(c.gateways)} gateways, {len(c.vpcs)} VPCs, "
-                    f"{routes} routes, {len(c.hosts)} hosts ({addrs} addresses), "
-                    f"{len(c.storage_pools)} storage pools", highlight=False)
+    def n(count: int, what: str) -> str:
+        return f"{count} {what}" + ("" if count == 1 else "s")
+
+    Console().print(f"{file}: valid{note}: {n(len(c.gateways), 'gateway')}, "
+                    f"{n(len(c.vpcs), 'VPC')}, {n(routes, 'route')}, {n(len(c.hosts), 'host')} "
+                    f"({addrs} address{'' if addrs == 1 else 'es'}), "
+                    f"{n(len(c.storage_pools), 'storage pool')}", highlight=False)
 
 
 @intent_app.command("migrate")

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from crosszone.intent.cluster_checks import check_cluster
 from crosszone.intent.errors import InvalidIntentError
 from crosszone.intent.hosts import HostError, HostSet, parse_hosts
-from crosszone.intent.loader import _line_of, parse_intent
+from crosszone.intent.loader import _line_of, parse_intent, read_intent_text, validation_problem
 from crosszone.intent.schema import Gateway, Host, Intent, StoragePool
 from crosszone.intent.schema_v2 import Cluster, GatewayV2, StoragePoolV2
 from crosszone.intent.validate import IntentProblem, as_error, format_loc
@@ -34,12 +34,6 @@ def _compose(text: str) -> yaml.Node | None:
         return yaml.compose(text, Loader=_Loader)
     except (yaml.YAMLError, RecursionError):
         return None
-
-
-def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    # pydantic adds validator and union member names to the location; keep the document path.
-    return tuple(p for p in loc if not (isinstance(p, str) and (
-        p.startswith("function-") or "[" in p or p in ("str", "list", "int", "bool"))))
 
 
 def _line_in_block(root: yaml.Node | None, loc: tuple[Any, ...], msg: str) -> int | None:
@@ -120,15 +114,7 @@ def parse_cluster(text: str, path: str | None = None) -> Cluster:
     try:
         cluster = Cluster.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = _clean_loc(tuple(err["loc"]))
-        msg = err["msg"].removeprefix("Value error, ")
-        # the key itself, even when _clean_loc dropped it (a key that looks like "x[1]")
-        key = err["loc"][-1] if err["loc"] else None
-        if err["type"] == "extra_forbidden":
-            msg = f"unknown key {key!r}"
-        elif err["type"] == "missing":
-            msg = f"missing required key {key!r}"
+        loc, msg = validation_problem(exc)
         raise InvalidIntentError(msg, path=path, line=_line_in_block(_compose(text), loc, msg),
                                  where=format_loc(loc)) from None
     try:
@@ -141,14 +127,7 @@ def parse_cluster(text: str, path: str | None = None) -> Cluster:
 
 def load_cluster(path: str | Path) -> Cluster:
     """Read and validate an intent file of either version."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise InvalidIntentError(f"cannot read: {exc.strerror}", path=str(p)) from None
-    except UnicodeDecodeError:
-        raise InvalidIntentError("not UTF-8 text", path=str(p)) from None
-    return parse_cluster(text, str(p))
+    return parse_cluster(read_intent_text(path), str(path))
 
 
 def migrate_v1(intent: Intent) -> Cluster:

@@ -58,16 +58,7 @@ def parse_intent(text: str, path: str | None = None) -> Intent:
     try:
         intent = Intent.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-        # Union and validator members show up as extra loc parts ("list[...]", "union[...]");
-        # keep the document path only.
-        loc = tuple(p for p in loc if not (isinstance(p, str) and "[" in p))
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = f"unknown key {loc[-1]!r}"
-        elif err["type"] == "missing":
-            msg = f"missing required key {loc[-1]!r}"
+        loc, msg = validation_problem(exc)
         raise InvalidIntentError(
             msg, path=path, line=_line_of(root, loc), where=format_loc(loc)
         ) from None
@@ -78,16 +69,40 @@ def parse_intent(text: str, path: str | None = None) -> Intent:
     return intent
 
 
-def load_intent(path: str | Path) -> LoadedIntent:
-    """Read and validate an intent file."""
+def clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A pydantic error location without validator and union member names: the document path."""
+    return tuple(p for p in loc if not (isinstance(p, str) and (
+        p.startswith("function-") or "[" in p or p in ("str", "list", "int", "bool"))))
+
+
+def validation_problem(exc: ValidationError) -> tuple[tuple[Any, ...], str]:
+    """(document path, message) of a schema error, for InvalidIntentError (both versions)."""
+    err = exc.errors()[0]
+    loc = clean_loc(tuple(err["loc"]))
+    msg = err["msg"].removeprefix("Value error, ")
+    # the key itself, even when clean_loc dropped it (a key that looks like "x[1]")
+    key = err["loc"][-1] if err["loc"] else None
+    if err["type"] == "extra_forbidden":
+        msg = f"unknown key {key!r}"
+    elif err["type"] == "missing":
+        msg = f"missing required key {key!r}"
+    return loc, msg
+
+
+def read_intent_text(path: str | Path) -> str:
+    """The text of an intent file, or InvalidIntentError naming why it cannot be read."""
     p = Path(path)
     try:
-        text = p.read_text()
+        return p.read_text()
     except OSError as exc:
         raise InvalidIntentError(f"cannot read: {exc.strerror}", path=str(p)) from None
     except UnicodeDecodeError:
         raise InvalidIntentError("not UTF-8 text", path=str(p)) from None
-    return LoadedIntent(parse_intent(text, str(p)), str(p))
+
+
+def load_intent(path: str | Path) -> LoadedIntent:
+    """Read and validate an intent file."""
+    return LoadedIntent(parse_intent(read_intent_text(path), str(path)), str(path))
 
 
 class LoadedIntent:

@@ -45,7 +45,7 @@ def test_reason_enum_matches_btf():
 def _defines(header: str) -> dict[str, int]:
     out = {}
     for m in re.finditer(
-        r"^#define\s+(CZ_\w+)\s+\(?(0x[0-9a-fA-F]+|\d+)(u?)\s*(<<\s*(\d+))?\)?",
+        r"^#define\s+(CZ_\w+)\s+\(?(0x[0-9a-fA-F]+|\d+)(u?l{0,2})\s*(<<\s*(\d+))?\)?",
         (BPF / header).read_text(),
         re.MULTILINE,
     ):
@@ -69,11 +69,12 @@ def test_model_and_bpf_agree_on_sizes_used_by_maps(gateway_object):
 
     with BpfObject.open(gateway_object) as obj:
         pairs = {
-            "routes4": (layout.CzRoute4Key, layout.CzRoute),
+            "route4_slots": (ctypes.c_uint32, layout.CzSlot4),
+            "route6_slots": (ctypes.c_uint32, layout.CzSlot6),
+            "vtep_slots": (ctypes.c_uint32, layout.CzVtepSlot),
             "hosts": (layout.CzHostKey, layout.CzHost),
             "vpcs": (ctypes.c_uint32, layout.CzVpc),
             "vpc_by_vni": (ctypes.c_uint32, ctypes.c_uint32),
-            "vtep_allowed": (layout.CzVtepKey, ctypes.c_uint32),
             "ecmp_groups": (ctypes.c_uint32, layout.CzGroup),
             "sf4": (layout.CzSf4Key, layout.CzSf),
             "config": (ctypes.c_uint32, layout.CzConfig),
@@ -81,5 +82,7 @@ def test_model_and_bpf_agree_on_sizes_used_by_maps(gateway_object):
         for name, (k, v) in pairs.items():
             m = obj.map(name)
             assert (m.key_size, m.value_size) == (ctypes.sizeof(k), ctypes.sizeof(v)), name
-        assert obj.map("routes4").max_entries == layout.CZ_MAX_ROUTES4
+        assert obj.map("route4_slots").max_entries == layout.CZ_ROUTE4_SLOTS + layout.CZ_SLOT_PROBES
+        assert obj.map("route6_slots").max_entries == layout.CZ_ROUTE6_SLOTS + layout.CZ_SLOT_PROBES
+        assert obj.map("vtep_slots").max_entries == layout.CZ_VTEP_SLOTS + layout.CZ_SLOT_PROBES
         assert obj.map("reason_stats").max_entries == REASON_MAX

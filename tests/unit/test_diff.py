@@ -30,15 +30,11 @@ def cluster_with(**edits: object):
 
 
 def same_state(have: dict, want: dict) -> bool:
-    """Maps equal; array maps compared on the wanted slots; Bloom bits a superset."""
+    """Maps equal; array maps compared on the wanted slots."""
     from crosszone.compile.diff import ARRAY_MAPS
     for name in set(have) | set(want):
         h, w = have.get(name, {}), want.get(name, {})
-        if name == "route_bloom":
-            if any(int.from_bytes(h.get(k, bytes(8)), "little") & int.from_bytes(v, "little")
-                   != int.from_bytes(v, "little") for k, v in w.items()):
-                return False
-        elif name in ARRAY_MAPS:
+        if name in ARRAY_MAPS:
             if {k: h.get(k) for k in w} != w:
                 return False
         elif h != w:
@@ -56,21 +52,6 @@ def _invariants(step: dict, old: dict, new: dict) -> None:
             action = int.from_bytes(v[0:4], "little")
             if action == 1:
                 assert group.to_bytes(4, "little") in step["ecmp_groups"]
-    # A clear Bloom bit must never hide a live route.
-    import numpy as np
-
-    from crosszone.compile.diff import bloom_entries
-    from crosszone.fastpath import maps_io as mio
-    for fam in ("routes4", "routes6"):
-        for k in step.get(fam, {}):
-            vpc_id, plen = int.from_bytes(k[0:4], "little"), int.from_bytes(k[4:8], "little")
-            if fam == "routes4":
-                arr = mio.RouteArrays(4, np.array([vpc_id], np.uint32), np.array([plen], np.uint32),
-                                      np.array([int.from_bytes(k[8:12], "big")], np.uint32), None,
-                                      np.zeros(1, np.uint32), np.zeros(1, np.uint32))
-                for w, bits in bloom_entries(arr.bloom_hashes()).items():
-                    have = int.from_bytes(step["route_bloom"].get(w, bytes(8)), "little")
-                    assert have & int.from_bytes(bits, "little"), "route hidden by the filter"
 
 
 def test_same_intent_no_ops() -> None:
@@ -91,8 +72,7 @@ def test_only_changed_entries() -> None:
     b = compile_gateway(cluster_with(x=lambda d: d["storage_pools"][1].__setitem__(
         "prefixes", d["storage_pools"][1]["prefixes"] + "\n10.77.0.0/16")), "gw-a", IFX, a.ids)
     ops = diff_entries(a.entries, b.entries)
-    assert [(op.map, op.kind, len(op)) for op in ops] == [("route_bloom", "put", 1),
-                                                          ("routes4", "put", 1)]
+    assert [(op.map, op.kind, len(op)) for op in ops] == [("routes4", "put", 1)]
 
 
 def test_removal_deletes_last_and_vpc_first() -> None:

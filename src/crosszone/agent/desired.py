@@ -22,7 +22,6 @@ import numpy as np
 
 from crosszone.compile.diff import (
     Entries,
-    bloom_entries,
     encode_host_set,
     encode_route_arrays,
     encode_tables,
@@ -169,10 +168,8 @@ def route_delta(d: Desired, c: Cluster, pool: str, added: PrefixSet, removed: Pr
 
     The caller diffs them (puts of new routes, then VPC entries, then deletes of old routes) and
     applies the same change to d.entries."""
-    old: Entries = {"routes4": {}, "routes6": {}, "vpcs": {}, "route_bloom": {}}
-    new: Entries = {"routes4": {}, "routes6": {}, "vpcs": {}, "route_bloom": {}}
-    bloom_now = d.entries.get("route_bloom", {})
-    zero = bytes(8)
+    old: Entries = {"routes4": {}, "routes6": {}, "vpcs": {}}
+    new: Entries = {"routes4": {}, "routes6": {}, "vpcs": {}}
     gid = d.ids.groups[pool]
     for spec in c.vpcs:
         if pool not in spec.storage_pools:
@@ -182,12 +179,6 @@ def route_delta(d: Desired, c: Cluster, pool: str, added: PrefixSet, removed: Pr
             for arr in pool_route_arrays(v.vpc_id, gid, ps):
                 name, entries = encode_route_arrays(arr)
                 side[name].update(entries)
-                if side is new:
-                    for k, bits in bloom_entries(arr.bloom_hashes()).items():
-                        cur = new["route_bloom"].get(k) or bloom_now.get(k, zero)
-                        old["route_bloom"][k] = bloom_now.get(k, zero)
-                        new["route_bloom"][k] = (int.from_bytes(cur, "little") | int.from_bytes(
-                            bits, "little")).to_bytes(8, "little")
         c4, c6 = d.counts[spec.name]
         c4 += _plen_counts(added.plen4, 32) - _plen_counts(removed.plen4, 32)
         c6 += _plen_counts(added.plen6, 128) - _plen_counts(removed.plen6, 128)

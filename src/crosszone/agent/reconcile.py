@@ -176,7 +176,7 @@ class Reconciler:
                 if clash:
                     raise _NeedFull  # a duplicate route: the full path validates and rejects
             ops += diff_entries(old_part, new_part,
-                                ("route_bloom", "routes4", "routes6", "vpcs"))
+                                ("routes4", "routes6", "vpcs"))
         self._apply(ops)
         for k in changed:
             if k in new_chunks:

@@ -6,14 +6,14 @@ intents and a restarted agent that compares what it wants with what the pinned m
 
 Order (no live route is ever missing, no route ever points at something that is not there yet):
 
-1. puts, dependencies first: ports, devmap slots, next hops, ECMP groups, hosts, the route Bloom
-   bits (only added), routes, storage-facing prefixes, then the VPC entry (which enables the
-   prefix lengths its routes use), VNI -> VPC, the allowed VTEPs (which admit traffic into a
-   complete VPC) and the config;
+1. puts, dependencies first: ports, devmap slots, next hops, ECMP groups, hosts, routes,
+   storage-facing prefixes, then the VPC entry (which enables the prefix lengths its routes use),
+   VNI -> VPC, the allowed VTEPs (which admit traffic into a complete VPC) and the config;
 2. deletes, in the reverse order: VTEPs and the VPC go before its routes, routes before the
-   groups; last, Bloom words lose the bits of routes that are gone.
+   groups.
 
-An entry that changes value is a put in place (an atomic map update), never a delete and a put.
+An entry that changes value is a put in place (one 8-byte store in a slot table, an atomic update
+elsewhere), never a delete and a put.
 Array maps cannot delete: entries no longer wanted there are unreachable and stay.
 Operations are batches (`MapOp`: one kind, one map, many entries) so a million-route program is a
 handful of batch syscalls.
@@ -29,7 +29,6 @@ from typing import Literal, Protocol
 import numpy as np
 
 from crosszone.compile.tables import HostEntry, Tables
-from crosszone.fastpath import bloom
 from crosszone.fastpath import layout as L
 from crosszone.fastpath import maps_io as mio
 from crosszone.intent.hosts import HostSet
@@ -38,15 +37,11 @@ Entries = dict[str, dict[bytes, bytes]]
 
 #: Maps in dependency order: each may point at entries of the maps before it.
 MAP_ORDER: tuple[str, ...] = (
-    "ports", "tx_ports", "nexthops", "ecmp_groups", "hosts", "route_bloom",
-    "routes4", "routes6", "sf4", "sf6", "vpcs", "vpc_by_vni", "vtep_allowed", "config",
+    "ports", "tx_ports", "nexthops", "ecmp_groups", "hosts", "routes4", "routes6",
+    "sf4", "sf6", "vpcs", "vpc_by_vni", "vtep_allowed", "config",
 )
 #: Array maps: every index exists, so nothing is deleted there.
-ARRAY_MAPS = frozenset({"ports", "tx_ports", "nexthops", "ecmp_groups", "config",
-                        "route_bloom", "vpcs"})
-#: The route Bloom filter: a clear bit hides a route, so bits are only ever added while routes
-#: may exist; bits of removed routes are cleared after the deletes (a stale bit costs a probe).
-BLOOM = "route_bloom"
+ARRAY_MAPS = frozenset({"ports", "tx_ports", "nexthops", "ecmp_groups", "config", "vpcs"})
 
 
 @dataclass(frozen=True)
@@ -104,13 +99,9 @@ def encode_tables(t: Tables, extra_routes: Iterable[mio.RouteArrays] = ()) -> En
     arrays = [mio.RouteArrays.of(sel) for fam in (4, 6)
               if (sel := [r for r in t.routes if r.prefix.version == fam])]
     arrays += list(extra_routes)
-    hashes = []
     for arr in arrays:
         name, entries = encode_route_arrays(arr)
         e[name].update(entries)
-        hashes.append(arr.bloom_hashes())
-    if hashes:
-        e[BLOOM] = bloom_entries(np.concatenate(hashes))
     for sf in t.storage_facing:
         k, v = mio.encode_sf(sf)
         e["sf4" if sf.prefix.version == 4 else "sf6"][k] = v
@@ -190,31 +181,6 @@ def encode_vteps(vteps: Iterable[tuple[int, ipaddress.IPv4Address]], vpc_of: dic
     return dict(zip(split(k.tobytes(), _VTEP_KEY.itemsize), split(ids.tobytes(), 4)))
 
 
-def bloom_entries(hashes: np.ndarray) -> dict[bytes, bytes]:
-    """Bloom filter words (index -> 64 bits) with the bits of these route hashes."""
-    idx, bits = bloom.words(hashes)
-    return dict(zip(split(idx.astype("<u4").tobytes(), 4), split(bits.astype("<u8").tobytes(), 8)))
-
-
-def diff_bloom(old: dict[bytes, bytes], new: dict[bytes, bytes]
-               ) -> tuple[MapOp | None, MapOp | None]:
-    """(bits to add first, words to narrow last) for the route Bloom filter (numpy: a million
-    routes set ~900k words)."""
-    if not new or old == new:  # equal: one C-level compare (a restart with nothing to do)
-        return None, None
-    keys = list(new)
-    zero = bytes(8)
-    nv = np.frombuffer(b"".join(new.values()), "<u8")
-    ov = np.frombuffer(b"".join([old.get(k, zero) for k in keys]), "<u8")
-    both = ov | nv
-    add = np.flatnonzero(both != ov)
-    cut = np.flatnonzero(both != nv)
-    return (MapOp("put", BLOOM, [keys[i] for i in add.tolist()],
-                  split(both[add].astype("<u8").tobytes(), 8)) if len(add) else None,
-            MapOp("put", BLOOM, [keys[i] for i in cut.tolist()],
-                  split(nv[cut].astype("<u8").tobytes(), 8)) if len(cut) else None)
-
-
 def diff_map(name: str, old: dict[bytes, bytes], new: dict[bytes, bytes]
              ) -> tuple[MapOp | None, MapOp | None]:
     """(put, delete) batches that turn one map's old entries into new (None when empty)."""
@@ -239,13 +205,6 @@ def diff_entries(old: Entries, new: Entries, maps: Sequence[str] = MAP_ORDER) ->
     puts: list[MapOp] = []
     dels: list[MapOp] = []
     for name in maps:
-        if name == BLOOM:
-            put, narrow = diff_bloom(old.get(name, {}), new.get(name, {}))
-            if put:
-                puts.append(put)
-            if narrow:
-                dels.insert(0, narrow)  # after every delete (dels is reversed below)
-            continue
         put, delete = diff_map(name, old.get(name, {}), new.get(name, {}))
         if put:
             puts.append(put)

@@ -24,7 +24,10 @@ CZ_MAX_PORTS = 64
 CZ_ECMP_BUCKETS = 256
 CZ_MAX_PLENS4 = 33
 CZ_MAX_PLENS6 = 32
-CZ_BLOOM_WORDS = 4194304
+CZ_ROUTE4_SLOTS = 8388608
+CZ_ROUTE6_SLOTS = 4194304
+CZ_VTEP_SLOTS = 4194304
+CZ_SLOT_PROBES = 32
 CZ_VXLAN_PORT = 4789
 CZ_OUTER_TTL = 64
 CZ_SPORT_BASE = 49152
@@ -41,6 +44,12 @@ CZ_ACT_BLACKHOLE = 2
 CZ_ACT_SLOWPATH = 3
 CZ_NO_PORT = 0xFFFFFFFF
 CZ_NO_VPC = 0xFFFFFFFF
+CZ_SLOT_EMPTY = 0
+CZ_SLOT_DELETED = 1
+CZ_SLOT_LIVE = 1 << 63
+CZ_SLOT_VPC_SHIFT = 40
+CZ_SLOT_PLEN_SHIFT = 32
+CZ_SLOT_VNI_SHIFT = 32
 
 MAC = c_uint8 * 6
 IP6 = c_uint8 * 16
@@ -84,20 +93,22 @@ class CzVpc(ctypes.Structure):
     ]
 
 
+# The control plane's keys of the slot tables (no C struct: slot_table.py packs them into the key
+# words of struct cz_slot4 / cz_slot6 / cz_vtep_slot, and the fast-path tests prove the packing).
 class CzVtepKey(ctypes.Structure):
-    """struct cz_vtep_key { __u32 vni; __be32 vtep; };"""
+    """(VNI, outer source VTEP): the key of vtep_allowed."""
 
     _fields_ = [("vni", c_uint32), ("vtep", c_uint8 * 4)]
 
 
 class CzRoute4Key(ctypes.Structure):
-    """struct cz_route4_key { __u32 vpc_id; __u32 plen; __be32 addr; };"""
+    """(VPC id, prefix length, masked IPv4 dst): the key of routes4."""
 
     _fields_ = [("vpc_id", c_uint32), ("plen", c_uint32), ("addr", c_uint8 * 4)]
 
 
 class CzRoute6Key(ctypes.Structure):
-    """struct cz_route6_key { __u32 vpc_id; __u32 plen; __u8 addr[16]; };"""
+    """(VPC id, prefix length, masked IPv6 dst): the key of routes6."""
 
     _fields_ = [("vpc_id", c_uint32), ("plen", c_uint32), ("addr", IP6)]
 
@@ -118,6 +129,25 @@ class CzRoute(ctypes.Structure):
     """struct cz_route { __u32 action; __u32 group; };"""
 
     _fields_ = [("action", c_uint32), ("group", c_uint32)]
+
+
+class CzSlot4(ctypes.Structure):
+    """struct cz_slot4 { __u64 key; __u64 value; };"""
+
+    _fields_ = [("key", ctypes.c_uint64), ("value", ctypes.c_uint64)]
+
+
+class CzSlot6(ctypes.Structure):
+    """struct cz_slot6 { __u64 key; __u64 hi; __u64 lo; __u64 value; };"""
+
+    _fields_ = [("key", ctypes.c_uint64), ("hi", ctypes.c_uint64), ("lo", ctypes.c_uint64),
+                ("value", ctypes.c_uint64)]
+
+
+class CzVtepSlot(ctypes.Structure):
+    """struct cz_vtep_slot { __u64 key; __u32 vpc_id; __u32 reserved; };"""
+
+    _fields_ = [("key", ctypes.c_uint64), ("vpc_id", c_uint32), ("reserved", c_uint32)]
 
 
 class CzGroup(ctypes.Structure):
@@ -203,12 +233,12 @@ MIRRORS: dict[str, type[ctypes.Structure]] = {
     "cz_config": CzConfig,
     "cz_port": CzPort,
     "cz_vpc": CzVpc,
-    "cz_vtep_key": CzVtepKey,
-    "cz_route4_key": CzRoute4Key,
-    "cz_route6_key": CzRoute6Key,
     "cz_lpm4_key": CzLpm4Key,
     "cz_lpm6_key": CzLpm6Key,
     "cz_route": CzRoute,
+    "cz_slot4": CzSlot4,
+    "cz_slot6": CzSlot6,
+    "cz_vtep_slot": CzVtepSlot,
     "cz_group": CzGroup,
     "cz_nexthop": CzNexthop,
     "cz_sf4_key": CzSf4Key,

@@ -25,10 +25,10 @@ from crosszone.compile.tables import (
     Tables,
     Vpc,
 )
-from crosszone.fastpath import bloom
 from crosszone.fastpath import layout as L
 from crosszone.fastpath.libbpf import BpfMap, BpfObject
 from crosszone.fastpath.reasons import Reason
+from crosszone.fastpath.slot_table import SlotMap, wrap
 
 
 def _b(s: ctypes.Structure) -> bytes:
@@ -150,8 +150,16 @@ class GatewayMaps:
     """The maps of one loaded (or pinned) gateway program, by name."""
 
     def __init__(self, maps: Mapping[str, BpfMap]) -> None:
-        self.maps = dict(maps)
+        # the slot tables also appear under the logical maps they hold (routes4, routes6,
+        # vtep_allowed), which is how everything above this module names them
+        self.maps: dict[str, BpfMap | SlotMap] = wrap(dict(maps))
         self.lpm = "routes4_lpm" in self.maps
+
+    def close(self) -> None:
+        """Let go of the slot tables' mappings (each holds its map until closed or freed)."""
+        for m in self.maps.values():
+            if isinstance(m, SlotMap):
+                m.close()
 
     @classmethod
     def of(cls, obj: BpfObject) -> GatewayMaps:
@@ -206,28 +214,10 @@ class GatewayMaps:
     def write_route_arrays(self, arr: RouteArrays, fresh: bool = False) -> int:
         """Batch-write routes given as arrays (the bulk path: 1M routes in about a second).
 
-        Their Bloom bits are set first, so a route is never in the table but hidden by the
-        filter. fresh=True says the filter is still all zero (a new gateway): no read-back."""
+        fresh is accepted for symmetry with `write`; the slot tables need no read-back."""
         name = ("routes4" if arr.family == 4 else "routes6") + ("_lpm" if self.lpm else "")
-        if not self.lpm:
-            self.bloom_add(arr.bloom_hashes(), fresh)
         keys, values = arr.encode(self.lpm)
         return self.maps[name].update_batch(keys, values)
-
-    def bloom_add(self, hashes: np.ndarray, fresh: bool = False) -> None:
-        """OR route bits into the Bloom filter (read-modify-write unless fresh)."""
-        idx, bits = bloom.words(hashes)
-        if not fresh:
-            m = self.maps["route_bloom"]
-            old = np.fromiter(
-                (int.from_bytes(m.lookup(_u32(int(i))) or bytes(8), "little") for i in idx),
-                np.uint64,
-                len(idx),
-            )
-            bits = bits | old
-        self.maps["route_bloom"].update_batch(
-            idx.astype("<u4").tobytes(), bits.astype("<u8").tobytes()
-        )
 
     def set_flags(self, t: Tables, flags: int) -> None:
         """Rewrite the config entry with other flags (e.g. CZ_CFG_TRACE)."""
@@ -325,9 +315,3 @@ class RouteArrays:
         v["action"], v["group"] = self.action, self.group
         return k.tobytes(), v.tobytes()
 
-    def bloom_hashes(self) -> np.ndarray:
-        """Bloom filter bit hashes of these routes."""
-        if self.family == 4:
-            return bloom.hash4(self.vpc_id, self.plen, self.addr)
-        assert self.addr_lo is not None
-        return bloom.hash6(self.vpc_id, self.plen, self.addr, self.addr_lo)

@@ -91,6 +91,7 @@ class TestRunner:
 
     def close(self) -> None:
         """Unload the program and its maps."""
+        self.maps.close()
         self.obj.close()
 
     def __enter__(self) -> TestRunner:

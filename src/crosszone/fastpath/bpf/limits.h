@@ -5,7 +5,7 @@
 #define CZ_LIMITS_H
 
 #define CZ_MAX_VPCS        4096       /* VPC ids are dense: 0 .. CZ_MAX_VPCS-1 */
-#define CZ_MAX_ROUTES4     2097152    /* IPv4 routes over all VPCs (hash, not preallocated) */
+#define CZ_MAX_ROUTES4     2097152    /* IPv4 routes over all VPCs */
 #define CZ_MAX_ROUTES6     1048576    /* IPv6 routes over all VPCs */
 #define CZ_MAX_HOSTS       1048576    /* (VPC, host address) entries, both families */
 #define CZ_MAX_VTEPS       1048576    /* (VNI, host VTEP) pairs allowed to send */
@@ -16,7 +16,12 @@
 #define CZ_ECMP_BUCKETS    256        /* buckets per ECMP group; a power of two */
 #define CZ_MAX_PLENS4      33         /* distinct IPv4 prefix lengths per VPC: all of /0../32 */
 #define CZ_MAX_PLENS6      32         /* distinct IPv6 prefix lengths per VPC (validated) */
-#define CZ_BLOOM_WORDS     4194304    /* route Bloom filter: 2^22 x 64 bits = 2^28 bits, 32 MiB */
+/* Open-addressing slot tables (slots.h): a power of two at least 4x the entries they hold, so a
+ * full table is at most a quarter occupied and linear probing stays within CZ_SLOT_PROBES. */
+#define CZ_ROUTE4_SLOTS    8388608    /* 2^23 x 16 bytes = 128 MiB */
+#define CZ_ROUTE6_SLOTS    4194304    /* 2^22 x 32 bytes = 128 MiB */
+#define CZ_VTEP_SLOTS      4194304    /* 2^22 x 16 bytes = 64 MiB */
+#define CZ_SLOT_PROBES     32         /* longest probe; the writer refuses to place a key further */
 
 #define CZ_VXLAN_PORT      4789
 #define CZ_OUTER_TTL       64

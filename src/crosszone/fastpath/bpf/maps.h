@@ -40,14 +40,15 @@ struct {
 	__type(value, struct cz_vpc);
 } vpcs SEC(".maps");
 
-/* (VNI, outer source) -> VPC id: the anti-spoofing set and the VNI lookup in one hash probe. */
+/* (VNI, outer source) -> VPC id: the anti-spoofing set and the VNI lookup in one slot-table probe
+ * (slots.h; mmapable so the control plane writes each slot with aligned 8-byte stores). */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, CZ_MAX_VTEPS);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct cz_vtep_key);
-	__type(value, __u32);
-} vtep_allowed SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CZ_VTEP_SLOTS + CZ_SLOT_PROBES);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct cz_vtep_slot);
+} vtep_slots SEC(".maps");
 
 /* VNI -> VPC id; read only when vtep_allowed misses, to tell an unknown VNI from a spoofed VTEP. */
 struct {
@@ -58,32 +59,23 @@ struct {
 } vpc_by_vni SEC(".maps");
 
 #ifndef CZ_ROUTES_LPM_TRIE
-/* Bloom filter over (VPC, prefix length, masked dst) of every route, one bit each: a clear bit
- * proves the route absent, so most prefix lengths cost an inlined array read, not a hash probe. */
+/* (VPC, prefix length, masked IPv4 dst) -> route: one slot table for every length and VPC. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, CZ_BLOOM_WORDS);
+	__uint(max_entries, CZ_ROUTE4_SLOTS + CZ_SLOT_PROBES);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
-	__type(value, __u64);
-} route_bloom SEC(".maps");
-
-/* (VPC, prefix length, masked IPv4 dst) -> route: one exact-match table for all lengths. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, CZ_MAX_ROUTES4);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct cz_route4_key);
-	__type(value, struct cz_route);
-} routes4 SEC(".maps");
+	__type(value, struct cz_slot4);
+} route4_slots SEC(".maps");
 
 /* (VPC, prefix length, masked IPv6 dst) -> route. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, CZ_MAX_ROUTES6);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct cz_route6_key);
-	__type(value, struct cz_route);
-} routes6 SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CZ_ROUTE6_SLOTS + CZ_SLOT_PROBES);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct cz_slot6);
+} route6_slots SEC(".maps");
 #else
 /* Baseline only (benchmark): the same routes in the kernel's LPM trie. */
 struct {

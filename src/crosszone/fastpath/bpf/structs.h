@@ -51,25 +51,6 @@ struct cz_vpc {
 	__u8 reserved;
 };
 
-/* vtep_allowed: (VNI, outer source) pairs that may send into that VNI. */
-struct cz_vtep_key {
-	__u32 vni;
-	__be32 vtep;
-};
-
-/* routes4: (VPC, prefix length, masked destination) -> route. One hash lookup per length in use. */
-struct cz_route4_key {
-	__u32 vpc_id;
-	__u32 plen;
-	__be32 addr;
-};
-
-struct cz_route6_key {
-	__u32 vpc_id;
-	__u32 plen;
-	__u8 addr[16];
-};
-
 /* Baseline layout for the kernel LPM trie: VPC id (big endian) then address, prefixlen = 32+plen. */
 struct cz_lpm4_key {
 	__u32 prefixlen;
@@ -84,8 +65,44 @@ struct cz_lpm6_key {
 };
 
 struct cz_route {
-	__u32 action;           /* CZ_ACT_* */
+	__u32 action;           /* CZ_ACT_*; 0 = no route */
 	__u32 group;            /* ECMP group when forwarding */
+};
+
+/* Slot tables (slots.h). A slot's key word is CZ_SLOT_EMPTY, CZ_SLOT_DELETED or CZ_SLOT_LIVE with
+ * the packed key; addresses are packed as loaded from the packet (network byte order in memory,
+ * so a little-endian word on x86). The writer fills the other words first and the key word last,
+ * each an aligned 8-byte store, so a reader never sees a live key with a half-written value. */
+#define CZ_SLOT_EMPTY     0ull
+#define CZ_SLOT_DELETED   1ull
+#define CZ_SLOT_LIVE      (1ull << 63)
+#define CZ_SLOT_VPC_SHIFT 40          /* vpc_id in bits 40..51 */
+#define CZ_SLOT_PLEN_SHIFT 32         /* prefix length in bits 32..39 */
+#define CZ_SLOT_VNI_SHIFT 32          /* VNI in bits 32..55 */
+
+/* The control plane names these entries by (VPC, prefix length, masked dst) -> route and
+ * (VNI, VTEP) -> VPC (crosszone/fastpath/layout.py: CzRoute4Key, CzRoute6Key, CzVtepKey);
+ * crosszone/fastpath/slot_table.py packs those keys into the key words below. */
+
+/* route4_slots[i]: key = LIVE | vpc_id << 40 | plen << 32 | masked IPv4 dst. */
+struct cz_slot4 {
+	__u64 key;
+	__u64 value;            /* struct cz_route as one word: action | group << 32 */
+};
+
+/* route6_slots[i]: key = LIVE | vpc_id << 40 | plen << 32; hi, lo = masked IPv6 dst. */
+struct cz_slot6 {
+	__u64 key;
+	__u64 hi;               /* address bytes 0..7 as loaded */
+	__u64 lo;               /* address bytes 8..15 */
+	__u64 value;            /* struct cz_route as one word */
+};
+
+/* vtep_slots[i]: key = LIVE | vni << 32 | outer source VTEP. */
+struct cz_vtep_slot {
+	__u64 key;
+	__u32 vpc_id;
+	__u32 reserved;
 };
 
 /* ecmp_groups[g]: bucket -> next hop id, filled by the control plane with rendezvous hashing so

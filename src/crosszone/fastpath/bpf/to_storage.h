@@ -32,7 +32,7 @@ struct cz_vxlanhdr {
  * slow path) and the caller stops. */
 static __always_inline int cz_route_forwards(struct cz_verdict *v, const struct cz_route *r)
 {
-	if (!r)
+	if (!r->action)
 		cz_set(v, XDP_DROP, CZ_R_DROP_ROUTE_MISS);
 	else if (r->action == CZ_ACT_BLACKHOLE)
 		cz_set(v, XDP_DROP, CZ_R_DROP_ROUTE_BLACKHOLE);
@@ -86,13 +86,13 @@ static __always_inline void cz_inner4(struct xdp_md *ctx, const struct cz_vpc *v
 	if (cz_l4_parse(ip + 1, data_end, ip->protocol, tot - sizeof(*ip), 0, &l4))
 		CZ_DROP(v, CZ_R_DROP_INNER_MALFORMED);
 
-	struct cz_route *r = cz_route4(vpc, ip->daddr);
-	if (!cz_route_forwards(v, r))
+	struct cz_route r = cz_route4(vpc, ip->daddr);
+	if (!cz_route_forwards(v, &r))
 		return;
 
 	__u32 h = cz_flow_hash4(ip->saddr, ip->daddr, l4.ports, ip->protocol);
 	struct cz_egress eg;
-	if (cz_ecmp_pick(r->group, h, &eg))
+	if (cz_ecmp_pick(r.group, h, &eg))
 		CZ_DROP(v, CZ_R_DROP_NO_NEXTHOP);
 
 	if (vpc->flags & CZ_VPC_XLAT4) {
@@ -154,13 +154,13 @@ static __always_inline void cz_inner6(struct xdp_md *ctx, const struct cz_vpc *v
 	if (cz_l4_parse(ip6 + 1, data_end, ip6->nexthdr, plen, 1, &l4))
 		CZ_DROP(v, CZ_R_DROP_INNER_MALFORMED);
 
-	struct cz_route *r = cz_route6(vpc, dst);
-	if (!cz_route_forwards(v, r))
+	struct cz_route r = cz_route6(vpc, dst);
+	if (!cz_route_forwards(v, &r))
 		return;
 
 	__u32 h = cz_flow_hash6(src, dst, l4.ports, ip6->nexthdr);
 	struct cz_egress eg;
-	if (cz_ecmp_pick(r->group, h, &eg))
+	if (cz_ecmp_pick(r.group, h, &eg))
 		CZ_DROP(v, CZ_R_DROP_NO_NEXTHOP);
 
 	if (vpc->flags & CZ_VPC_XLAT6) {
@@ -217,9 +217,8 @@ static __always_inline void cz_from_compute(struct xdp_md *ctx, __u32 l3_off, __
 		CZ_DROP(v, CZ_R_DROP_VXLAN_FLAGS);
 
 	__u32 vni = ((__u32)vx->vni[0] << 16) | ((__u32)vx->vni[1] << 8) | vx->vni[2];
-	struct cz_vtep_key vk = { .vni = vni, .vtep = ip->saddr };
-	__u32 *vpc_id = bpf_map_lookup_elem(&vtep_allowed, &vk);
-	if (!vpc_id) {
+	__u32 vpc_id = cz_vtep_vpc(vni, ip->saddr);
+	if (vpc_id == CZ_NO_VPC_ID) {
 		/* Off the fast path: which of the two checks failed. */
 		__u32 *known = bpf_map_lookup_elem(&vpc_by_vni, &vni);
 		if (!known)
@@ -227,7 +226,7 @@ static __always_inline void cz_from_compute(struct xdp_md *ctx, __u32 l3_off, __
 		v->vpc_id = *known;
 		CZ_DROP(v, CZ_R_DROP_VTEP_NOT_ALLOWED);
 	}
-	struct cz_vpc *vpc = bpf_map_lookup_elem(&vpcs, vpc_id);
+	struct cz_vpc *vpc = bpf_map_lookup_elem(&vpcs, &vpc_id);
 	if (!vpc)
 		CZ_DROP(v, CZ_R_DROP_UNKNOWN_VNI);
 	v->vpc_id = vpc->vpc_id;

@@ -1,0 +1,169 @@
+/* Exact-match tables as open addressing in ARRAY maps: the (VNI, VTEP) set and the routes.
+ *
+ * Why not the kernel's hash map: a BPF_MAP_TYPE_HASH lookup is a call into jhash, a bucket walk
+ * and a memcmp, ~45 ns per probe on this machine, and the gateway needs one for the VTEP check
+ * and one per prefix length tried. An ARRAY map lookup is inlined by the verifier into a bounds
+ * check and an address computation, so a probe here is one hash (two multiplies), one load and
+ * one compare, and a miss usually ends at the first slot.
+ *
+ * Layout: CZ_*_SLOTS home slots (a power of two) plus CZ_SLOT_PROBES overflow slots, so a probe
+ * sequence never wraps. Linear probing: a key sits at most CZ_SLOT_PROBES - 1 slots after its
+ * home slot (crosszone/fastpath/slot_table.py places keys and refuses to go further); a lookup
+ * walks from the home slot until it finds the key or an empty slot. Deleting marks a slot
+ * CZ_SLOT_DELETED (a lookup walks past it, an insert may reuse it), so no other key's probe
+ * sequence is ever cut while traffic flows. The writer keeps the table at most a quarter full,
+ * where the chance of a key landing 32 slots out is below 1e-8.
+ *
+ * On a P4 target each of these is one exact-match table; the slot walk is this software's
+ * substitute for the switch's hash-table hardware. */
+#ifndef CZ_SLOTS_H
+#define CZ_SLOTS_H
+
+#include <linux/types.h>
+#include "maps.h"
+
+/* murmur3's 64-bit finaliser (mirrored in crosszone/fastpath/slot_table.py). */
+static __always_inline __u64 cz_fmix64(__u64 k)
+{
+	k ^= k >> 33;
+	k *= 0xff51afd7ed558ccdull;
+	k ^= k >> 33;
+	k *= 0xc4ceb9fe1a85ec53ull;
+	k ^= k >> 33;
+	return k;
+}
+
+#define CZ_SLOT_MUL_HI 0x9e3779b97f4a7c15ull
+#define CZ_SLOT_MUL_LO 0xc2b2ae3d27d4eb4full
+
+static __always_inline __u32 cz_slot_home(__u64 key, __u32 slots)
+{
+	return (__u32)cz_fmix64(key) & (slots - 1);
+}
+
+static __always_inline __u32 cz_slot_home6(__u64 key, __u64 hi, __u64 lo, __u32 slots)
+{
+	return (__u32)cz_fmix64(key ^ (hi * CZ_SLOT_MUL_HI) ^ (lo * CZ_SLOT_MUL_LO)) & (slots - 1);
+}
+
+/* Walks map from slot `from` while `match` (over the slot pointer s) is false; sets `found` to
+ * the matching slot or leaves it 0. The key word is read once per slot (a volatile aligned 8-byte
+ * load, before the value: the writer stores the value first), and an empty slot ends the walk. */
+#define CZ_SLOT_FIND(map, type, from, probes, want, match, found)                  \
+	do {                                                                        \
+		for (__u32 _p = 0; _p < (probes); _p++) {                           \
+			__u32 _i = (from) + _p;                                     \
+			type *s = bpf_map_lookup_elem(&(map), &_i);                 \
+			if (!s)                                                     \
+				break;                                              \
+			__u64 _k = *(volatile __u64 *)&s->key;                      \
+			if (_k == (want) && (match)) {                              \
+				found = s;                                          \
+				break;                                              \
+			}                                                           \
+			if (_k == CZ_SLOT_EMPTY)                                    \
+				break;                                              \
+		}                                                                   \
+	} while (0)
+
+/* Every lookup reads the home slot inline: at most a quarter full, the walk usually ends there
+ * (the key, or an empty slot). Only a longer walk calls a probe function. Those are global
+ * functions, so the verifier checks each once instead of once per probe exit times every prefix
+ * length times the rest of the program (which exceeded its limit). Each returns the slot's
+ * value word, or the miss value. */
+#define CZ_NO_VPC_ID 0xffffffffu
+#define CZ_NO_ROUTE 0ull
+
+__noinline __u32 cz_vtep_walk(__u64 want, __u32 from)
+{
+	struct cz_vtep_slot *found = 0;
+
+	CZ_SLOT_FIND(vtep_slots, struct cz_vtep_slot, from, CZ_SLOT_PROBES - 1, want, 1, found);
+	return found ? *(volatile __u32 *)&found->vpc_id : CZ_NO_VPC_ID;
+}
+
+/* The VPC allowed to send from vtep into vni, or CZ_NO_VPC_ID. */
+static __always_inline __u32 cz_vtep_vpc(__u32 vni, __be32 vtep)
+{
+	__u64 want = CZ_SLOT_LIVE | ((__u64)vni << CZ_SLOT_VNI_SHIFT) | vtep;
+	__u32 home = cz_slot_home(want, CZ_VTEP_SLOTS);
+	struct cz_vtep_slot *s = bpf_map_lookup_elem(&vtep_slots, &home);
+
+	if (!s)
+		return CZ_NO_VPC_ID;
+	__u64 k = *(volatile __u64 *)&s->key;
+	if (k == want)
+		return *(volatile __u32 *)&s->vpc_id;
+	if (k == CZ_SLOT_EMPTY)
+		return CZ_NO_VPC_ID;
+	return cz_vtep_walk(want, home + 1);
+}
+
+#ifndef CZ_ROUTES_LPM_TRIE
+/* The value word of a route is action | group << 32 (one 8-byte load: the two always belong
+ * together); CZ_NO_ROUTE when there is none. */
+__noinline __u64 cz_route4_walk(__u64 want, __u32 from)
+{
+	struct cz_slot4 *found = 0;
+
+	CZ_SLOT_FIND(route4_slots, struct cz_slot4, from, CZ_SLOT_PROBES - 1, want, 1, found);
+	return found ? *(volatile __u64 *)&found->value : CZ_NO_ROUTE;
+}
+
+static __always_inline __u64 cz_route4_find(__u64 want)
+{
+	__u32 home = cz_slot_home(want, CZ_ROUTE4_SLOTS);
+	struct cz_slot4 *s = bpf_map_lookup_elem(&route4_slots, &home);
+
+	if (!s)
+		return CZ_NO_ROUTE;
+	__u64 k = *(volatile __u64 *)&s->key;
+	if (k == want)
+		return *(volatile __u64 *)&s->value;
+	if (k == CZ_SLOT_EMPTY)
+		return CZ_NO_ROUTE;
+	return cz_route4_walk(want, home + 1);
+}
+
+__noinline __u64 cz_route6_walk(__u64 want, __u64 hi, __u64 lo, __u32 from)
+{
+	struct cz_slot6 *found = 0;
+
+	CZ_SLOT_FIND(route6_slots, struct cz_slot6, from, CZ_SLOT_PROBES - 1, want,
+		     s->hi == hi && s->lo == lo, found);
+	return found ? *(volatile __u64 *)&found->value : CZ_NO_ROUTE;
+}
+
+static __always_inline __u64 cz_route6_find(__u64 want, __u64 hi, __u64 lo)
+{
+	__u32 home = cz_slot_home6(want, hi, lo, CZ_ROUTE6_SLOTS);
+	struct cz_slot6 *s = bpf_map_lookup_elem(&route6_slots, &home);
+
+	if (!s)
+		return CZ_NO_ROUTE;
+	__u64 k = *(volatile __u64 *)&s->key;
+	if (k == want && s->hi == hi && s->lo == lo)
+		return *(volatile __u64 *)&s->value;
+	if (k == CZ_SLOT_EMPTY)
+		return CZ_NO_ROUTE;
+	return cz_route6_walk(want, hi, lo, home + 1);
+}
+#endif
+
+/* A route value word as the struct. */
+static __always_inline struct cz_route cz_route_word(__u64 word)
+{
+	union {
+		__u64 word;
+		struct cz_route route;
+	} u = { .word = word };
+	return u.route;
+}
+
+/* A route copied out of a map value with one 8-byte load. */
+static __always_inline struct cz_route cz_route_copy(const struct cz_route *r)
+{
+	return cz_route_word(*(volatile const __u64 *)r);
+}
+
+#endif

@@ -1,0 +1,308 @@
+"""The writer side of the fast path's slot tables (`bpf/slots.h`): exact-match maps kept as open
+addressing in mmapable BPF array maps.
+
+`SlotMap` looks like a `BpfMap` of the logical map it holds: `routes4` keyed by struct
+cz_route4_key, `routes6` by cz_route6_key, `vtep_allowed` by cz_vtep_key. So the compiler, the
+diff and the sink keep naming entries as they always did. Underneath, every operation is numpy
+over the map's memory, mapped into this process:
+
+- a key's home slot is the same hash as the C side (`home`), a key sits within
+  `CZ_SLOT_PROBES` slots of it, and lookups walk from home to the key or to an empty slot;
+- a put writes the value words of a slot first and its key word last, each an aligned 8-byte
+  store, so the fast path sees either no key or the key with its whole value; a put of an
+  existing key rewrites just its value word (one store);
+- a delete turns the key word into `DELETED`: lookups walk past it, later puts reuse it, and no
+  other key's probe sequence is ever cut while packets are in flight.
+
+The table itself is the only state (no index in Python), so any number of `SlotMap`s over the
+same pinned map agree, and an agent that restarts reads what is there. One writer at a time.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+from crosszone.fastpath import layout as L
+from crosszone.fastpath.bpf_map import BpfMap
+from crosszone.fastpath.libbpf_abi import BpfError
+
+EMPTY = np.uint64(0)
+DELETED = np.uint64(1)
+LIVE = np.uint64(1 << 63)
+_C1, _C2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
+_MUL_HI, _MUL_LO = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
+_S33 = np.uint64(33)
+
+
+def fmix64(k: np.ndarray) -> np.ndarray:
+    """murmur3's 64-bit finaliser over uint64 (cz_fmix64)."""
+    k = k ^ (k >> _S33)
+    k = k * _C1
+    k = k ^ (k >> _S33)
+    k = k * _C2
+    return k ^ (k >> _S33)  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One logical map: its C key and value layouts and its slot table."""
+
+    name: str           # logical map name ("routes4")
+    table: str          # the BPF array holding the slots ("route4_slots")
+    key: np.dtype       # logical key (the control plane's struct)
+    value: np.dtype     # logical value
+    words: int          # u64 words per slot: key word, [hi, lo,] value word
+    slots: int          # home slots (a power of two); CZ_SLOT_PROBES overflow slots follow
+    capacity: int       # most live keys the writer accepts (a quarter of the slots at most)
+
+    def pack(self, keys: np.ndarray) -> np.ndarray:
+        """Logical keys -> (n, words - 1) uint64: the key word, then the address halves."""
+        n = len(keys)
+        out = np.empty((n, self.words - 1), np.uint64)
+        if self.name == "vtep_allowed":
+            out[:, 0] = LIVE | (keys["vni"].astype(np.uint64) << np.uint64(L.CZ_SLOT_VNI_SHIFT)) | (
+                keys["vtep"].astype(np.uint64))
+            return out
+        word = LIVE | (keys["vpc_id"].astype(np.uint64) << np.uint64(L.CZ_SLOT_VPC_SHIFT)) | (
+            keys["plen"].astype(np.uint64) << np.uint64(L.CZ_SLOT_PLEN_SHIFT))
+        if self.name == "routes4":
+            out[:, 0] = word | keys["addr"].astype(np.uint64)
+        else:
+            out[:, 0], out[:, 1], out[:, 2] = word, keys["hi"], keys["lo"]
+        return out
+
+    def unpack(self, packed: np.ndarray) -> np.ndarray:
+        """(n, words - 1) uint64 -> logical keys."""
+        keys = np.zeros(len(packed), self.key)
+        w = packed[:, 0]
+        if self.name == "vtep_allowed":
+            keys["vni"] = (w >> np.uint64(L.CZ_SLOT_VNI_SHIFT)) & np.uint64(0xFFFFFF)
+            keys["vtep"] = w & np.uint64(0xFFFFFFFF)
+            return keys
+        keys["vpc_id"] = (w >> np.uint64(L.CZ_SLOT_VPC_SHIFT)) & np.uint64(0xFFF)
+        keys["plen"] = (w >> np.uint64(L.CZ_SLOT_PLEN_SHIFT)) & np.uint64(0xFF)
+        if self.name == "routes4":
+            keys["addr"] = w & np.uint64(0xFFFFFFFF)
+        else:
+            keys["hi"], keys["lo"] = packed[:, 1], packed[:, 2]
+        return keys
+
+    def home(self, packed: np.ndarray) -> np.ndarray:
+        """Home slot of each packed key (cz_slot_home / cz_slot_home6)."""
+        mask = np.uint64(self.slots - 1)
+        if self.words == 2:
+            h = fmix64(packed[:, 0])
+        else:
+            h = fmix64(packed[:, 0] ^ (packed[:, 1] * _MUL_HI) ^ (packed[:, 2] * _MUL_LO))
+        return (h & mask).astype(np.int64)  # type: ignore[no-any-return]
+
+
+# Addresses are raw bytes in C (network order in memory): "<u4"/"<u8" views load them the way
+# the fast path does, so the packed words equal what the program computes from a packet.
+ROUTES4 = Kind("routes4", "route4_slots",
+               np.dtype([("vpc_id", "<u4"), ("plen", "<u4"), ("addr", "<u4")]),
+               np.dtype([("action", "<u4"), ("group", "<u4")]), 2, L.CZ_ROUTE4_SLOTS,
+               L.CZ_MAX_ROUTES4)
+ROUTES6 = Kind("routes6", "route6_slots",
+               np.dtype([("vpc_id", "<u4"), ("plen", "<u4"), ("hi", "<u8"), ("lo", "<u8")]),
+               np.dtype([("action", "<u4"), ("group", "<u4")]), 4, L.CZ_ROUTE6_SLOTS,
+               L.CZ_MAX_ROUTES6)
+VTEPS = Kind("vtep_allowed", "vtep_slots", np.dtype([("vni", "<u4"), ("vtep", "<u4")]),
+             np.dtype([("vpc_id", "<u4")]), 2, L.CZ_VTEP_SLOTS, L.CZ_MAX_VTEPS)
+KINDS = (ROUTES4, ROUTES6, VTEPS)
+
+
+def _records(data: bytes | Sequence[bytes], dtype: np.dtype, what: str) -> np.ndarray:
+    buf = data if isinstance(data, bytes | bytearray | memoryview) else b"".join(data)
+    if len(buf) % dtype.itemsize:
+        raise ValueError(f"{what}: {len(buf)} bytes is not a whole number of "
+                         f"{dtype.itemsize}-byte records")
+    return np.frombuffer(buf, dtype)
+
+
+class SlotMap:
+    """A logical exact-match map (BpfMap-like) stored in a slot table."""
+
+    def __init__(self, kind: Kind, table: BpfMap) -> None:
+        want = (kind.words * 8, kind.slots + L.CZ_SLOT_PROBES)
+        if (table.value_size, table.max_entries) != want:
+            raise BpfError(errno.EINVAL, "slot table", table.name,
+                           f"value size / entries {table.value_size} / {table.max_entries}, "
+                           f"expected {want[0]} / {want[1]}")
+        self.kind = kind
+        self.table = table
+        self.name = kind.name
+        self.key_size = kind.key.itemsize
+        self.value_size = self.value_stride = kind.value.itemsize
+        self.max_entries = kind.capacity
+        self._bytes = table.value_size * table.max_entries
+        self._view: np.ndarray | None = None
+
+    def __repr__(self) -> str:
+        return f"SlotMap({self.name!r} in {self.table.name!r})"
+
+    @contextmanager
+    def _slots(self) -> Iterator[np.ndarray]:
+        """The table's memory as (slots, words) uint64. Mapped once (remapping per call would
+        fault in every page a scan touches again); the mapping holds the map, and its memory,
+        until `close` or until this object is freed."""
+        if self._view is None:
+            size = -(-self._bytes // mmap.PAGESIZE) * mmap.PAGESIZE
+            mm = mmap.mmap(self.table.fd, size, mmap.MAP_SHARED,
+                           mmap.PROT_READ | mmap.PROT_WRITE)
+            self._view = np.frombuffer(mm, np.uint64, self._bytes // 8).reshape(
+                -1, self.kind.words)
+        yield self._view
+
+    def close(self) -> None:
+        """Unmap the table (the mapping goes with the last view of it)."""
+        self._view = None
+
+    def _find(self, s: np.ndarray, packed: np.ndarray) -> np.ndarray:
+        """Slot of each packed key, or -1 (the walk of cz_*_probe, vectorised)."""
+        n = len(packed)
+        found = np.full(n, -1, np.int64)
+        home = self.kind.home(packed)
+        pending = np.arange(n)
+        cols = packed.shape[1]
+        for p in range(L.CZ_SLOT_PROBES):
+            if not len(pending):
+                break
+            idx = home[pending] + p
+            got = s[idx, :cols]
+            match = (got == packed[pending]).all(axis=1)
+            found[pending[match]] = idx[match]
+            pending = pending[~(match | (got[:, 0] == EMPTY))]
+        return found
+
+    def _place(self, s: np.ndarray, packed: np.ndarray) -> np.ndarray:
+        """Free slots for keys known to be absent: each takes the first slot from its home that
+        is empty or deleted and not taken by a key earlier in the batch."""
+        n = len(packed)
+        slot = np.full(n, -1, np.int64)
+        home = self.kind.home(packed)
+        taken = np.zeros(len(s), bool)  # slots claimed by this batch (values not yet written)
+        pending = np.arange(n)
+        for p in range(L.CZ_SLOT_PROBES):
+            if not len(pending):
+                break
+            idx = home[pending] + p
+            cand = np.flatnonzero((s[idx, 0] <= DELETED) & ~taken[idx])
+            _, first = np.unique(idx[cand], return_index=True)
+            win = cand[first]
+            slot[pending[win]] = idx[win]
+            taken[idx[win]] = True
+            left = np.ones(len(pending), bool)
+            left[win] = False
+            pending = pending[left]
+        if len(pending):
+            raise BpfError(errno.E2BIG, "slot put", self.name,
+                           f"{len(pending)} keys found no free slot within "
+                           f"{L.CZ_SLOT_PROBES} of home; the table is too full")
+        return slot
+
+    def live(self) -> int:
+        """Keys held."""
+        with self._slots() as s:
+            return int(np.count_nonzero(s[:, 0] & LIVE))
+
+    def update_batch(self, keys: bytes | Sequence[bytes], values: bytes | Sequence[bytes]) -> int:
+        """Insert or replace keys (the last of a duplicate key wins). Returns the count."""
+        k = _records(keys, self.kind.key, f"{self.name} keys")
+        v = _records(values, self.kind.value, f"{self.name} values")
+        if len(k) != len(v):
+            raise ValueError(f"{self.name}: {len(k)} keys but {len(v)} values")
+        if not len(k):
+            return 0
+        packed = self.kind.pack(k)
+        # last occurrence of each key: unique over the reversed batch
+        _, last = np.unique(packed[::-1].copy().view(f"V{packed.shape[1] * 8}"),
+                            return_index=True)
+        keep = np.sort(len(k) - 1 - last)
+        packed = packed[keep]
+        vw = np.zeros(len(keep), np.uint64)
+        vw.view(np.uint8).reshape(-1, 8)[:, : self.value_size] = (
+            np.ascontiguousarray(v[keep]).view(np.uint8).reshape(-1, self.value_size))
+        with self._slots() as s:
+            at = self._find(s, packed)
+            old = at >= 0
+            new = ~old
+            n_live = int(np.count_nonzero(s[:, 0] & LIVE))
+            if n_live + int(new.sum()) > self.kind.capacity:
+                raise BpfError(errno.E2BIG, "slot put", self.name,
+                               f"{n_live} held + {int(new.sum())} new > capacity "
+                               f"{self.kind.capacity}")
+            s[at[old], -1] = vw[old]              # replace: one value store each
+            slots = self._place(s, packed[new])
+            last_col = packed.shape[1]
+            if last_col > 1:
+                s[slots, 1:last_col] = packed[new, 1:]
+            s[slots, -1] = vw[new]                # the value words before ...
+            s[slots, 0] = packed[new, 0]          # ... the key words that make them visible
+        return len(k)
+
+    def update(self, key: bytes, value: bytes) -> None:
+        """Insert or replace one key."""
+        self.update_batch(key, value)
+
+    def delete_batch(self, keys: bytes | Sequence[bytes]) -> int:
+        """Mark keys deleted; returns how many were there."""
+        k = _records(keys, self.kind.key, f"{self.name} keys")
+        if not len(k):
+            return 0
+        with self._slots() as s:
+            at = self._find(s, self.kind.pack(k))
+            at = np.unique(at[at >= 0])
+            s[at, 0] = DELETED
+        return len(at)
+
+    def delete(self, key: bytes) -> bool:
+        """Mark one key deleted; False if absent."""
+        return self.delete_batch(key) == 1
+
+    def lookup(self, key: bytes) -> bytes | None:
+        """The value of one key, or None."""
+        k = _records(key, self.kind.key, f"{self.name} key")
+        with self._slots() as s:
+            at = int(self._find(s, self.kind.pack(k))[0])
+            if at < 0:
+                return None
+            return bytes(s[at, -1:].tobytes()[: self.value_size])
+
+    def dump(self) -> tuple[bytes, bytes, int]:
+        """(keys, values, n) of every live key, in slot order (`BpfMap.dump`'s shape)."""
+        with self._slots() as s:
+            rows = np.flatnonzero(s[:, 0] & LIVE)
+            got = s[rows].copy()
+        keys = self.kind.unpack(got[:, :-1])
+        vals = got[:, -1].copy().view(np.uint8).reshape(-1, 8)[:, : self.value_size]
+        return keys.tobytes(), np.ascontiguousarray(vals).tobytes(), len(rows)
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) pairs of every live key."""
+        keys, vals, n = self.dump()
+        ks, vs = self.key_size, self.value_size
+        for i in range(n):
+            yield keys[i * ks:(i + 1) * ks], vals[i * vs:(i + 1) * vs]
+
+    def probe_lengths(self) -> np.ndarray:
+        """Distance of every live key from its home slot (a test and capacity diagnostic)."""
+        with self._slots() as s:
+            rows = np.flatnonzero(s[:, 0] & LIVE)
+            packed = s[rows, :-1].copy()
+        return rows - self.kind.home(packed)  # type: ignore[no-any-return]
+
+
+def wrap(maps: dict[str, BpfMap]) -> dict[str, BpfMap | SlotMap]:
+    """maps with each slot table also reachable as the logical map it holds."""
+    out: dict[str, BpfMap | SlotMap] = dict(maps)
+    for kind in KINDS:
+        if kind.table in maps:
+            out[kind.name] = SlotMap(kind, maps[kind.table])
+    return out

@@ -41,6 +41,15 @@ def _keys6(vpc: int, plen: int, hi: np.ndarray) -> np.ndarray:
     return k
 
 
+RNG = np.random.default_rng(7)
+
+
+def _random(n: int, bits: int) -> np.ndarray:
+    """n distinct random integers below 2^bits (sequential keys never collide under Fibonacci
+    hashing, so collisions are searched for among random ones)."""
+    return np.unique(RNG.integers(0, 1 << bits, size=n, dtype=np.uint64))
+
+
 def _colliding(kind, keys: np.ndarray, n: int) -> np.ndarray:
     """n keys (of these candidates) that share one home slot."""
     home = kind.home(kind.pack(keys))
@@ -80,7 +89,7 @@ def _clear(m: SlotMap) -> None:
         s[np.flatnonzero(s[:, 0])] = 0
 
 
-_COLLIDE4 = _colliding(ROUTES4, _keys4(7, 32, np.arange(1 << 20, dtype=np.uint64) + 0x0B000000), 4)
+_COLLIDE4 = _colliding(ROUTES4, _keys4(7, 32, _random(1 << 22, 32)), 4)
 
 
 # A small key space (8 VPCs x 3 lengths x 64 addresses) so puts, replaces and deletes of the same
@@ -126,7 +135,7 @@ def test_writer_agrees_with_a_dict(gateway_maps, ops) -> None:
 def test_replace_rewrites_only_the_value_and_delete_leaves_a_tombstone(gateway_maps) -> None:
     m = gateway_maps.maps["routes4"]
     _clear(m)
-    keys = _colliding(ROUTES4, _keys4(1, 24, (np.arange(1 << 20, dtype=np.uint64) << 8)), 3)
+    keys = _colliding(ROUTES4, _keys4(1, 32, _random(1 << 22, 32)), 3)
     m.update_batch(keys.tobytes(), _route_values(3))
     with m._slots() as s:
         rows = np.flatnonzero(s[:, 0] & LIVE)
@@ -201,13 +210,30 @@ def _ip4(key) -> str:
     return ".".join(str(b) for b in key["addr"].tobytes())
 
 
+def _chain(kind, keys: np.ndarray) -> np.ndarray:
+    """Four candidates: two sharing a home slot h, two sharing h + 1. Put in this order they
+    fill h .. h + 3, the last two displaced from home."""
+    home = kind.home(kind.pack(keys))
+    values, counts = np.unique(home, return_counts=True)
+    two = set(values[counts >= 2].tolist())
+    h = next(x for x in sorted(two) if x + 1 in two)
+    first, second = np.flatnonzero(home == h)[:2], np.flatnonzero(home == h + 1)[:2]
+    return keys[np.concatenate([first, second])]
+
+
 def test_program_finds_colliding_routes_past_tombstones(gateway_object) -> None:
-    # tenant-a (VPC 0) routes /24s; these four share one home slot, none overlaps its routes
-    keys = _colliding(ROUTES4, _keys4(0, 24, (np.arange(1 << 20, dtype=np.uint64) << 8)
-                                      + 0x40000000), 4)
+    # tenant-a (VPC 0) routes /24s; candidates: every /24 outside 10/8, 172/8 and 192/8, which
+    # hold its own routes and addresses
+    nets = np.arange(1 << 24, dtype=np.uint64) << np.uint64(8)
+    nets = nets[~np.isin(nets >> np.uint64(24), [10, 172, 192])]
+    keys = _chain(ROUTES4, _keys4(0, 24, nets))
     with TestRunner(tables(), gateway_object) as r:
         m = r.maps.maps["routes4"]
         m.update_batch(keys.tobytes(), _route_values(4))
+        with m._slots() as s:
+            rows = np.flatnonzero(s[:, 0] & LIVE)
+        home = int(ROUTES4.home(ROUTES4.pack(keys[:1]))[0])
+        assert [int(x) for x in rows if home <= x < home + 4] == list(range(home, home + 4))
         for k in keys:
             assert r.run(_frame4(_ip4(k)[:-1] + "9")).reason == Reason.FWD_TO_STORAGE
         m.delete_batch(keys[1:3].tobytes())
@@ -217,18 +243,17 @@ def test_program_finds_colliding_routes_past_tombstones(gateway_object) -> None:
 
 
 def test_program_finds_ipv6_routes_and_the_overflow_slots(gateway_object) -> None:
-    # tenant-a routes /48s: candidates 2001:db8:X::/48 (X < 2^16) and 2001:db9:X::/48; three
-    # that share a home, and one whose home is near the table's end with every slot from there
-    # to the end taken, so it lives in the overflow slots past the home range
-    hi = (np.uint64(0x20010DB8) << np.uint64(32)) + (np.arange(1 << 22, dtype=np.uint64)
-                                                     << np.uint64(16))
+    # tenant-a routes /48s: random candidates 2001:X:Y::/48; three that share a home, and one
+    # whose home is near the table's end with every slot from there to the end taken, so it
+    # lives in the overflow slots past the home range
+    hi = (np.uint64(0x2001) << np.uint64(48)) | (_random(1 << 22, 32) << np.uint64(16))
     cands = _keys6(0, 48, hi)
     homes = ROUTES6.home(ROUTES6.pack(cands))
     near_end = np.flatnonzero(homes >= ROUTES6.slots - 8)
     assert len(near_end), "no candidate homes near the end of the table; widen the search"
     end_key = cands[near_end[:1]]
     end_home = int(homes[near_end[0]])
-    keys = np.concatenate([_colliding(ROUTES6, cands[: 1 << 20], 3), end_key])
+    keys = np.concatenate([_colliding(ROUTES6, cands, 3), end_key])
     with TestRunner(tables(), gateway_object) as r:
         m = r.maps.maps["routes6"]
         with m._slots() as s:  # other VPCs' keys fill the slots from end_home to the end
@@ -244,9 +269,10 @@ def test_program_finds_ipv6_routes_and_the_overflow_slots(gateway_object) -> Non
 
 
 def test_program_checks_colliding_vteps(gateway_object) -> None:
-    vk = np.zeros(1 << 20, VTEPS.key)
+    addrs = _random(1 << 21, 23) + 0x0A800000  # in 10.128.0.0/9
+    vk = np.zeros(len(addrs), VTEPS.key)
     vk["vni"] = 1001
-    vk["vtep"] = (np.arange(1 << 20, dtype=np.uint64) + 0x0A800000).astype(">u4").view("<u4")
+    vk["vtep"] = addrs.astype(">u4").view("<u4")
     keys = _colliding(VTEPS, vk, 3)
     ips = [".".join(str(b) for b in k["vtep"].tobytes()) for k in keys]
     with TestRunner(tables(), gateway_object) as r:
@@ -258,3 +284,20 @@ def test_program_checks_colliding_vteps(gateway_object) -> None:
         got = [r.run(_frame4("172.16.5.5", src_vtep=ip)).reason for ip in ips]
         assert got == [Reason.FWD_TO_STORAGE, Reason.DROP_VTEP_NOT_ALLOWED,
                        Reason.FWD_TO_STORAGE]
+
+
+def test_a_million_routes_of_the_benchmark_sit_near_home(gateway_maps) -> None:
+    """The design assumption (a quarter-full table keeps walks short) on the benchmark's route
+    sets: five prefix lengths of arithmetic sequences, the shape Fibonacci hashing is weakest on
+    if anything. Also the programming path the benchmark times."""
+    from crosszone.fastpath.bench import route_arrays4, route_arrays6
+
+    for arrays, name in ((route_arrays4(1_000_000), "routes4"), (route_arrays6(1_000_000),
+                                                                  "routes6")):
+        m = gateway_maps.maps[name]
+        _clear(m)
+        assert gateway_maps.write_route_arrays(arrays) == len(arrays.plen)
+        d = m.probe_lengths()
+        assert len(d) == len(arrays.plen)
+        assert d.max() < L.CZ_SLOT_PROBES // 2 and d.mean() < 0.5, (name, d.max(), d.mean())
+        _clear(m)

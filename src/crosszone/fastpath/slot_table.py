@@ -35,18 +35,13 @@ from crosszone.fastpath.libbpf_abi import BpfError
 EMPTY = np.uint64(0)
 DELETED = np.uint64(1)
 LIVE = np.uint64(1 << 63)
-_C1, _C2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
-_MUL_HI, _MUL_LO = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
-_S33 = np.uint64(33)
+_PHI = np.uint64(0x9E3779B97F4A7C15)
+_MUL_HI, _MUL_LO = np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)
 
 
-def fmix64(k: np.ndarray) -> np.ndarray:
-    """murmur3's 64-bit finaliser over uint64 (cz_fmix64)."""
-    k = k ^ (k >> _S33)
-    k = k * _C1
-    k = k ^ (k >> _S33)
-    k = k * _C2
-    return k ^ (k >> _S33)  # type: ignore[no-any-return]
+def fib_home(k: np.ndarray, bits: int) -> np.ndarray:
+    """cz_slot_home: the top `bits` of k * 2^64/phi (uint64 arithmetic wraps like C's)."""
+    return ((k * _PHI) >> np.uint64(64 - bits)).astype(np.int64)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -58,7 +53,7 @@ class Kind:
     key: np.dtype       # logical key (the control plane's struct)
     value: np.dtype     # logical value
     words: int          # u64 words per slot: key word, [hi, lo,] value word
-    slots: int          # home slots (a power of two); CZ_SLOT_PROBES overflow slots follow
+    bits: int           # log2 of the home slots; CZ_SLOT_PROBES overflow slots follow
     capacity: int       # most live keys the writer accepts (a quarter of the slots at most)
 
     def pack(self, keys: np.ndarray) -> np.ndarray:
@@ -93,28 +88,31 @@ class Kind:
             keys["hi"], keys["lo"] = packed[:, 1], packed[:, 2]
         return keys
 
+    @property
+    def slots(self) -> int:
+        """Home slots."""
+        return 1 << self.bits
+
     def home(self, packed: np.ndarray) -> np.ndarray:
         """Home slot of each packed key (cz_slot_home / cz_slot_home6)."""
-        mask = np.uint64(self.slots - 1)
         if self.words == 2:
-            h = fmix64(packed[:, 0])
-        else:
-            h = fmix64(packed[:, 0] ^ (packed[:, 1] * _MUL_HI) ^ (packed[:, 2] * _MUL_LO))
-        return (h & mask).astype(np.int64)  # type: ignore[no-any-return]
+            return fib_home(packed[:, 0], self.bits)
+        return fib_home(packed[:, 0] ^ (packed[:, 1] * _MUL_HI) ^ (packed[:, 2] * _MUL_LO),
+                        self.bits)
 
 
 # Addresses are raw bytes in C (network order in memory): "<u4"/"<u8" views load them the way
 # the fast path does, so the packed words equal what the program computes from a packet.
 ROUTES4 = Kind("routes4", "route4_slots",
                np.dtype([("vpc_id", "<u4"), ("plen", "<u4"), ("addr", "<u4")]),
-               np.dtype([("action", "<u4"), ("group", "<u4")]), 2, L.CZ_ROUTE4_SLOTS,
+               np.dtype([("action", "<u4"), ("group", "<u4")]), 2, L.CZ_ROUTE4_SLOT_BITS,
                L.CZ_MAX_ROUTES4)
 ROUTES6 = Kind("routes6", "route6_slots",
                np.dtype([("vpc_id", "<u4"), ("plen", "<u4"), ("hi", "<u8"), ("lo", "<u8")]),
-               np.dtype([("action", "<u4"), ("group", "<u4")]), 4, L.CZ_ROUTE6_SLOTS,
+               np.dtype([("action", "<u4"), ("group", "<u4")]), 4, L.CZ_ROUTE6_SLOT_BITS,
                L.CZ_MAX_ROUTES6)
 VTEPS = Kind("vtep_allowed", "vtep_slots", np.dtype([("vni", "<u4"), ("vtep", "<u4")]),
-             np.dtype([("vpc_id", "<u4")]), 2, L.CZ_VTEP_SLOTS, L.CZ_MAX_VTEPS)
+             np.dtype([("vpc_id", "<u4")]), 2, L.CZ_VTEP_SLOT_BITS, L.CZ_MAX_VTEPS)
 KINDS = (ROUTES4, ROUTES6, VTEPS)
 
 

@@ -5,7 +5,9 @@ PY    := $(VENV)/bin/python
 BUILD := build
 BPF_SRC := src/crosszone/fastpath/bpf
 BPF_HDRS := $(wildcard $(BPF_SRC)/*.h)
-BPF_CFLAGS := -O2 -g -target bpf -Wall -Werror -I/usr/include/$(shell uname -m)-linux-gnu
+# -mcpu=v3: 32-bit jumps and ALU ops (kernel >= 5.1); ~10% fewer instructions than clang 14's
+# default v1, measured by `crosszone bench fastpath`.
+BPF_CFLAGS := -O2 -g -target bpf -mcpu=v3 -Wall -Werror -I/usr/include/$(shell uname -m)-linux-gnu
 APT_PKGS := clang llvm libbpf-dev bpftool iproute2 nftables frr nginx-light etcd-server \
             etcd-client iputils-ping tcpdump libelf1 ethtool
 BPF_OBJS := $(BUILD)/xdp_gateway.o $(BUILD)/xdp_gateway_lpm.o $(BUILD)/xdp_floor.o \
@@ -36,30 +38,30 @@ $(VENV)/.stamp: pyproject.toml
 
 build: setup $(BPF_OBJS) $(BENCH_OBJS)
 
-$(BUILD)/xdp_gateway.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS)
+$(BUILD)/xdp_gateway.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
 	@mkdir -p $(BUILD)
 	clang $(BPF_CFLAGS) -c $< -o $@
 
-$(BUILD)/xdp_gateway_lpm.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS)
+$(BUILD)/xdp_gateway_lpm.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
 	@mkdir -p $(BUILD)
 	clang $(BPF_CFLAGS) -DCZ_ROUTES_LPM_TRIE -c $< -o $@
 
-$(BUILD)/bench_gateway.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS)
+$(BUILD)/bench_gateway.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
 	clang $(BPF_CFLAGS) -DCZ_BENCH -c $< -o $@
 
-$(BUILD)/bench_gateway_lpm.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS)
+$(BUILD)/bench_gateway_lpm.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
 	clang $(BPF_CFLAGS) -DCZ_BENCH -DCZ_ROUTES_LPM_TRIE -c $< -o $@
 
-$(BUILD)/bench_gateway_spread.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS)
+$(BUILD)/bench_gateway_spread.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
 	clang $(BPF_CFLAGS) -DCZ_BENCH -DCZ_BENCH_SPREAD=100000 -c $< -o $@
 
-$(BUILD)/bench_gateway_lpm_spread.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS)
+$(BUILD)/bench_gateway_lpm_spread.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
 	clang $(BPF_CFLAGS) -DCZ_BENCH -DCZ_ROUTES_LPM_TRIE -DCZ_BENCH_SPREAD=100000 -c $< -o $@
 
-$(BUILD)/bench_floor.o: $(BPF_SRC)/xdp_floor.c $(BPF_HDRS)
+$(BUILD)/bench_floor.o: $(BPF_SRC)/xdp_floor.c $(BPF_HDRS) Makefile
 	clang $(BPF_CFLAGS) -DCZ_BENCH -c $< -o $@
 
-$(BUILD)/%.o: $(BPF_SRC)/%.c $(BPF_HDRS)
+$(BUILD)/%.o: $(BPF_SRC)/%.c $(BPF_HDRS) Makefile
 	@mkdir -p $(BUILD)
 	clang $(BPF_CFLAGS) -c $< -o $@
 

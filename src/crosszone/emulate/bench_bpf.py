@@ -206,7 +206,9 @@ def compile_programs(out_dir: Path) -> dict[str, Path]:
     for name, src in (("gen", GEN_C), ("sink", SINK_C), ("floor_fwd", FLOOR_FWD_C)):
         c, o = out_dir / f"{name}.c", out_dir / f"{name}.o"
         c.write_text(src)
-        subprocess.run(["clang", "-O2", "-g", "-target", "bpf", f"-I/usr/include/{arch}-linux-gnu",
-                        "-c", str(c), "-o", str(o)], check=True, capture_output=True)
+        # the same flags as the Makefile's for the gateway, so the floor is built alike
+        subprocess.run(["clang", "-O2", "-g", "-target", "bpf", "-mcpu=v3",
+                        f"-I/usr/include/{arch}-linux-gnu", "-c", str(c), "-o", str(o)],
+                       check=True, capture_output=True)
         objs[name] = o
     return objs

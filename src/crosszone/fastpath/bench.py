@@ -365,7 +365,7 @@ def bench_fastpath(
     routes: int = typer.Option(1_000_000, help="Routes per family."),
     hosts: int = typer.Option(100_000, help="Hosts for the return scenario."),
     repeat: int = typer.Option(300_000, help="Iterations per measurement."),
-    rounds: int = typer.Option(15, help="Interleaved rounds per scenario (median and best reported)."),
+    rounds: int = typer.Option(15, help="Interleaved rounds per scenario (median, best reported)."),
 ) -> None:
     """Per-packet cost of the fast path vs a MAC-swap floor and an LPM-trie baseline (JSON)."""
     if os.geteuid() != 0:

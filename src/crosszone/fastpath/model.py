@@ -24,7 +24,6 @@ IPPROTO_ICMPV6 = 58
 IPV6_EXTHDRS = frozenset({0, 43, 44, 50, 51, 60, 135, 139, 140, 253, 254})
 OUTER_L4 = 20 + 8 + 8  # outer IPv4 + UDP + VXLAN (CZ_OUTER_L4)
 ENCAP_HLEN = 14 + OUTER_L4 + 14  # CZ_ENCAP_HLEN
-M32 = 0xFFFFFFFF
 
 
 @dataclass(frozen=True)
@@ -64,36 +63,26 @@ def ipv4_csum(hdr: bytes) -> int:
 
 
 # -- hash.h ------------------------------------------------------------------------------------
-def _rotl(x: int, r: int) -> int:
-    return ((x << r) | (x >> (32 - r))) & M32
+M64 = (1 << 64) - 1
+_SEED, _K1, _K2 = 0x63727A3163727A31, 0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F
+_K3, _K4, _K5, _K6 = 0x165667B19E3779F9, 0xD6E8FEB86659FD93, 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53
 
 
-def _mix(h: int, k: int) -> int:
-    k = (k * 0xCC9E2D51) & M32
-    k = _rotl(k, 15)
-    k = (k * 0x1B873593) & M32
-    h ^= k
-    h = _rotl(h, 13)
-    return (h * 5 + 0xE6546B64) & M32
-
-
-def _fmix(h: int) -> int:
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & M32
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & M32
-    return h ^ (h >> 16)
+def _final(x: int) -> int:
+    x ^= x >> 32
+    return ((x * _K4) & M64) >> 32
 
 
 def flow_hash(src: bytes, dst: bytes, ports: bytes, proto: int) -> int:
     """cz_flow_hash4/6: words are the raw bytes loaded little-endian, as on the BPF side (x86)."""
-    h = 0x63727A31
-    for b in (src, dst):
-        for i in range(0, len(b), 4):
-            h = _mix(h, int.from_bytes(b[i : i + 4], "little"))
-    h = _mix(h, int.from_bytes(ports, "little"))
-    h = _mix(h, proto)
-    return _fmix(h ^ (16 if len(src) == 4 else 40))
+    p = int.from_bytes(ports, "little") << 32
+    if len(src) == 4:
+        a = ((int.from_bytes(src, "little") << 32) | int.from_bytes(dst, "little")) ^ _SEED
+        return _final(((a * _K1) & M64) ^ (((p | proto) * _K2) & M64))
+    s0 = int.from_bytes(src[:8], "little") ^ _SEED
+    s1, d0, d1 = (int.from_bytes(x, "little") for x in (src[8:], dst[:8], dst[8:]))
+    x = (s0 * _K1) ^ (s1 * _K3) ^ (d0 * _K5) ^ (d1 * _K6) ^ ((p | proto | 6 << 8) * _K2)
+    return _final(x & M64)
 
 
 # -- table lookups -----------------------------------------------------------------------------

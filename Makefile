@@ -13,8 +13,9 @@ APT_PKGS := clang llvm libbpf-dev bpftool iproute2 nftables frr nginx-light etcd
 BPF_OBJS := $(BUILD)/xdp_gateway.o $(BUILD)/xdp_gateway_lpm.o $(BUILD)/xdp_floor.o \
             $(BUILD)/xdp_pass.o $(BUILD)/xdp_drop.o
 # Benchmark builds (bpf/bench_harness.h, bpf/bench_spread.h): never attached to a device.
-BENCH_OBJS := $(BUILD)/bench_gateway.o $(BUILD)/bench_gateway_lpm.o $(BUILD)/bench_gateway_spread.o \
-              $(BUILD)/bench_gateway_lpm_spread.o $(BUILD)/bench_floor.o
+# Each in two modes: the restore harness for plain test runs, and _live for live-frames runs.
+BENCH_BASE := bench_gateway bench_gateway_lpm bench_gateway_spread bench_gateway_lpm_spread bench_floor
+BENCH_OBJS := $(BENCH_BASE:%=$(BUILD)/%.o) $(BENCH_BASE:%=$(BUILD)/%_live.o)
 
 .PHONY: setup apt venv build test test-unit demo bench clean
 
@@ -46,20 +47,17 @@ $(BUILD)/xdp_gateway_lpm.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
 	@mkdir -p $(BUILD)
 	clang $(BPF_CFLAGS) -DCZ_ROUTES_LPM_TRIE -c $< -o $@
 
-$(BUILD)/bench_gateway.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
-	clang $(BPF_CFLAGS) -DCZ_BENCH -c $< -o $@
+# Benchmark variants: -DCZ_BENCH plus what each name says (lpm trie, spread destinations, live);
+# the stem includes ".o", so the plain names match too.
+BENCH_FLAGS = -DCZ_BENCH $(if $(findstring _lpm,$*),-DCZ_ROUTES_LPM_TRIE) \
+              $(if $(findstring _spread,$*),-DCZ_BENCH_SPREAD=100000) \
+              $(if $(findstring _live,$*),-DCZ_BENCH_LIVE)
 
-$(BUILD)/bench_gateway_lpm.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
-	clang $(BPF_CFLAGS) -DCZ_BENCH -DCZ_ROUTES_LPM_TRIE -c $< -o $@
+$(BUILD)/bench_gateway%: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
+	clang $(BPF_CFLAGS) $(BENCH_FLAGS) -c $< -o $@
 
-$(BUILD)/bench_gateway_spread.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
-	clang $(BPF_CFLAGS) -DCZ_BENCH -DCZ_BENCH_SPREAD=100000 -c $< -o $@
-
-$(BUILD)/bench_gateway_lpm_spread.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
-	clang $(BPF_CFLAGS) -DCZ_BENCH -DCZ_ROUTES_LPM_TRIE -DCZ_BENCH_SPREAD=100000 -c $< -o $@
-
-$(BUILD)/bench_floor.o: $(BPF_SRC)/xdp_floor.c $(BPF_HDRS) Makefile
-	clang $(BPF_CFLAGS) -DCZ_BENCH -c $< -o $@
+$(BUILD)/bench_floor%: $(BPF_SRC)/xdp_floor.c $(BPF_HDRS) Makefile
+	clang $(BPF_CFLAGS) $(BENCH_FLAGS) -c $< -o $@
 
 $(BUILD)/%.o: $(BPF_SRC)/%.c $(BPF_HDRS) Makefile
 	@mkdir -p $(BUILD)

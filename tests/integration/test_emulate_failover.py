@@ -1,16 +1,16 @@
 """A gateway fails and traffic continues through the others; the interruption is printed.
 
-Two failures: links down (the routers see carrier loss; the kernel drops the nexthop from its
-group at once) and a silent failure (links up, every received packet dropped by an XDP program:
-only BFD notices). The whole gateway fails in both cases: if only its compute side died it would
-still announce the storage-facing prefixes and black-hole replies (see docs/emulate.md).
+Three failures: both links down (the routers see carrier loss; the kernel drops the nexthop from
+its group at once), one link down (the gateway must also stop announcing on its other side, or
+that router keeps sending it traffic it cannot deliver), and a silent failure (links up, every
+received packet dropped by an XDP program: only BFD notices).
 """
 
 from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -44,7 +44,8 @@ def drop_all_obj(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run_failure(dep: deploy.Deployment, kind: str, fail: list[list[str]],
-                 restore: list[list[str]]) -> dict[str, float]:
+                 restore: list[list[str]],
+                 during: Callable[[], None] | None = None) -> dict[str, float]:
     dep.switch(kind)  # type: ignore[arg-type]
     node = dep.plan.storage_nodes[0]
     probes = [start_probe(ep.ns, node.addr, 6.0, 0.01) for ep in dep.plan.endpoints[:2]]
@@ -53,6 +54,8 @@ def _run_failure(dep: deploy.Deployment, kind: str, fail: list[list[str]],
         for argv in fail:
             sh(*argv)
         time.sleep(3.0)
+        if during is not None:
+            during()
     finally:
         for argv in restore:
             subprocess.run(argv, capture_output=True, check=False)
@@ -84,6 +87,30 @@ def test_link_down_failover(dep: deploy.Deployment, kind: str) -> None:
     down = [["ip", "-n", gw.ns, "link", "set", dev, "down"] for dev in ("c0", "s0")]
     up = [["ip", "-n", gw.ns, "link", "set", dev, "up"] for dev in ("c0", "s0")]
     res = _run_failure(dep, kind, down, up)
+    assert res["interruption_s"] < MAX_INTERRUPTION_S, res
+    assert res["ok"] > 100
+
+
+@pytest.mark.parametrize("kind", ["legacy", "crosszone"])
+@pytest.mark.parametrize("side", ["c0", "s0"])
+def test_one_link_down_withdraws_the_other_side(dep: deploy.Deployment, kind: str,
+                                                side: str) -> None:
+    """One link of a gateway goes down (compute side c0 or storage side s0): the router on the
+    dead link drops it at once, and the gateway withdraws what it announces to the other router,
+    so no request and no reply is sent into it; traffic carries on through the other gateway."""
+    if kind not in kinds(dep):
+        pytest.fail(f"{kind} gateways cannot carry traffic: the fast path is not attached")
+    gw = dep.plan.gateways_of(kind)[0]  # type: ignore[arg-type]
+    others = {f"g{g.index}" for g in dep.announced(kind, st.load()) if g is not gw}
+    seen: dict[str, set[str]] = {}
+
+    def check() -> None:
+        seen.update(dep.fib())
+
+    res = _run_failure(dep, kind, [["ip", "-n", gw.ns, "link", "set", side, "down"]],
+                       [["ip", "-n", gw.ns, "link", "set", side, "up"]], during=check)
+    print(f"{kind} {gw.name} {side} down: routes during the failure {seen}")
+    assert seen and all(hops == others for hops in seen.values()), (seen, others)
     assert res["interruption_s"] < MAX_INTERRUPTION_S, res
     assert res["ok"] > 100
 

@@ -102,7 +102,10 @@ def _host_ops(p: Plan) -> list[Op]:
 
 def _gateway_base_ops(p: Plan, gw: Gateway) -> list[Op]:
     ops: list[Op] = list(netns.ns_sysctls(gw.ns, forwarding=True))
-    ops.append(in_ns(gw.ns, "ip", "addr", "replace", f"{p.spec.anycast_vtep}/32", "dev", "lo"))
+    # On the storage-side link, not lo: its connected route, and so (BGP import check) the
+    # gateway's announcement of it to the compute router, lives only while that link is up.
+    ops.append(in_ns(gw.ns, "ip", "addr", "replace", f"{p.spec.anycast_vtep}/32",
+                     "dev", frr.GATEWAY_STORAGE_DEV))
     return ops
 
 

@@ -1,7 +1,8 @@
 """FRR for the emulated deployment: configuration text, daemon command lines, announce/withdraw.
 
-Each namespace runs its own zebra + bgpd + bfdd reading one integrated config file. bgpd and zebra
-log "No such command" for the `bfd` block (it belongs to bfdd): harmless.
+Each namespace runs its own zebra + staticd + bgpd + bfdd reading one integrated config file. Each
+daemon logs "No such command" for the parts that belong to another (the `bfd` block, the static
+routes): harmless.
 
 Which gateway set carries traffic is decided by BGP only: a gateway announces the anycast VTEP
 toward the compute router and the storage-facing prefixes toward the storage router through
@@ -27,7 +28,9 @@ from crosszone.emulate.topology import (
 )
 
 FRR_BIN = Path("/usr/lib/frr")
-DAEMONS = ("zebra", "bfdd", "bgpd")  # zebra first: the others connect to its zserv socket
+GATEWAY_COMPUTE_DEV, GATEWAY_STORAGE_DEV = "c0", "s0"  # a gateway's links (topology.links)
+# zebra first: the others connect to its zserv socket; staticd holds the gateways' anchors
+DAEMONS = ("zebra", "staticd", "bfdd", "bgpd")
 MAX_PATHS = 16
 
 
@@ -144,13 +147,23 @@ def gateway_config(p: Plan, gw: Gateway, active: bool) -> str:
     v4 = [x for x in to_compute + to_storage if not _v6(x)]
     v6 = [x for x in to_storage if _v6(x)]
     lines = _header(gw.ns)
+    # Each side is announced only while the gateway can reach the other: BGP's import check (on
+    # by default) announces a `network` only while its route is in the RIB, and each announced
+    # prefix's route depends on the far side's link. The storage-facing prefixes get interface
+    # routes on the compute link (anchors); the anycast VTEP is an address on the storage link
+    # (deploy._gateway_base_ops), so its connected route goes with that link. A gateway whose
+    # compute link dies thus withdraws its storage-facing prefixes at once (else the storage
+    # router kept sending it replies it could not deliver), and one whose storage link dies
+    # withdraws the anycast VTEP. The anchors reach the kernel and change nothing there: replies
+    # to those prefixes are translated before routing (legacy) or never routed by the kernel
+    # (the fast path).
+    lines += [f"{'ipv6' if _v6(x) else 'ip'} route {x} {GATEWAY_COMPUTE_DEV}"
+              for x in to_storage]
     lines += [
+        "!",
         f"router bgp {GATEWAY_AS}",
         f" bgp router-id {gw.router_id}",
         " no bgp ebgp-requires-policy",
-        # The storage-facing prefixes exist in no kernel table (they are translated away before
-        # routing), so the usual check that a `network` is in the RIB must be off.
-        " no bgp network import-check",
     ]
     lines += _neighbor(gw.compute_peer, COMPUTE_ROUTER_AS)
     lines += _neighbor(gw.storage_peer, STORAGE_ROUTER_AS)
@@ -197,7 +210,7 @@ def gateway_config(p: Plan, gw: Gateway, active: bool) -> str:
 
 
 def start_ops(ns: str, config: str, spec: TopologySpec) -> list[Op]:
-    """Write the configs and start zebra, bfdd and bgpd inside `ns` (daemonised, pidfiles)."""
+    """Write the configs and start the FRR daemons inside `ns` (daemonised, pidfiles)."""
     d = frr_dir(ns)
     ops: list[Op] = [
         WriteFile(d / "frr.conf", config),

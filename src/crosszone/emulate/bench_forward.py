@@ -350,6 +350,8 @@ def run_bench(seconds: float = 3.0, cpu: int | None = None,
                 row["gateway_ns_per_pkt"] = round(row["cpu_ns_per_pkt"] - gen_ns, 1)
                 if row["gateway_ns_per_pkt"] > 0:
                     row["gateway_core_mpps"] = round(1e3 / row["gateway_ns_per_pkt"], 3)
+                    row["gateway_core_gbps"] = round(
+                        1e9 / row["gateway_ns_per_pkt"] * len(frame) * 8 / 1e9, 3)
             rows.append(row)
             emit(row)
     by = {r["gateway"]: r for r in rows}

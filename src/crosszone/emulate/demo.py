@@ -218,9 +218,10 @@ def run_demo(console: Console, topology_file: Path = topology.DEFAULT_TOPOLOGY,
                       "differ between rows. Drops: the kind's own counters (nftables / fast-path "
                       "reasons, gateway interfaces); other drops: veth queues elsewhere "
                       "(see docs/emulate.md).")
-        console.print("What this shows: both kinds carry the same training traffic (IPv4 and "
-                      "IPv6, two tenants on one address space) with no error, and BGP moved it "
-                      "from one set to the other without a lost request. What one small box "
+        console.print("What this shows: both kinds carry the same training traffic (two "
+                      "tenants on one address space) with no error, and a BGP switch moved it "
+                      "from one set to the other (the tests check that a switch loses not one "
+                      "datagram). What one small box "
                       "cannot show is a gateway's speed: every namespace here (GPU-host "
                       "endpoints, both routers, all gateways, nginx) shares the same cores, so "
                       "the box bounds the throughput of both rows, and the kernel gateway's GRO "

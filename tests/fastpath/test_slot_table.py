@@ -87,6 +87,7 @@ def gateway_maps(gateway_object):
 def _clear(m: SlotMap) -> None:
     with m._slots() as s:
         s[np.flatnonzero(s[:, 0])] = 0
+    assert m.live() == 0  # and the writer's count starts again from the table
 
 
 _COLLIDE4 = _colliding(ROUTES4, _keys4(7, 32, _random(1 << 22, 32)), 4)

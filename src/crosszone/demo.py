@@ -67,7 +67,7 @@ def forwarding_demo(console: Console, seconds: float = 2.0) -> dict[str, dict]:
     console.rule("[bold]3. one gateway core, forwarding only (same generator for every kind)")
     rows: list[dict] = []
     try:
-        run_bench(seconds=seconds, emit=rows.append)
+        run_bench(seconds=seconds, emit=rows.append, rounds=2)
     finally:
         teardown()
     by = {r["gateway"]: r for r in rows if "gateway" in r}

@@ -130,8 +130,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     def bench_forward(
             as_json: bool = typer.Option(True, "--json/--no-json",
                                          help="JSON lines (the only output format)."),
-            seconds: float = typer.Option(3.0, "--seconds", min=0.5, max=60.0,
-                                          help="measured time per row"),
+            seconds: float = typer.Option(2.0, "--seconds", min=0.5, max=60.0,
+                                          help="measured time per row and round"),
+            rounds: int = typer.Option(3, "--rounds", min=1, max=20,
+                                       help="interleaved rounds of every row (medians)"),
             cpu: int = typer.Option(-1, "--cpu", help="CPU to pin to (default: the last)"),
     ) -> None:
         """MTU-size VXLAN through one legacy, one crosszone and one floor gateway (same
@@ -140,7 +142,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
         _need_root()
         try:
-            run_bench(seconds=seconds, cpu=None if cpu < 0 else cpu)
+            run_bench(seconds=seconds, cpu=None if cpu < 0 else cpu, rounds=rounds)
         finally:
             teardown()
 

@@ -4,6 +4,7 @@
 #define CZ_CSUM_H
 
 #include <linux/types.h>
+#include <bpf/bpf_endian.h>
 
 static __always_inline __u16 cz_fold(__u32 s)
 {
@@ -55,6 +56,18 @@ static __always_inline __u16 cz_ipv4_csum(const __u16 *hdr)
 	for (int i = 0; i < 10; i++)
 		s += hdr[i];
 	return (__u16)~cz_fold(s);
+}
+
+/* TTL - 1 with its checksum update, as Linux's ip_decrease_ttl: a decrement of one adds 0x0100
+ * (network order) with end-around carry. Bit for bit what cz_csum_replace2 gives for this change
+ * (checked over every checksum, TTL and protocol), in a third of the instructions. */
+static __always_inline void cz_ipv4_ttl_dec(__u8 *ttl, __u16 *check)
+{
+	__u32 c = *check;
+
+	c += bpf_htons(0x0100);
+	*check = (__u16)(c + (c >= 0xffff));
+	(*ttl)--;
 }
 
 /* A UDP checksum of zero means "none" (RFC 768): it stays zero, and a computed zero is sent as

@@ -96,10 +96,10 @@ static __always_inline int cz_reply_egress(struct cz_verdict *v, const struct cz
 	return 0;
 }
 
-static __always_inline void cz_reply4(struct xdp_md *ctx, const struct cz_config *cfg,
-				      const struct cz_sf *sf, __u32 l3_off, __u64 len,
-				      struct cz_verdict *v)
+static __noinline void cz_reply4(struct xdp_md *ctx, const struct cz_config *cfg,
+			       const struct cz_sf *sf, __u32 l3_off, struct cz_verdict *v)
 {
+	__u64 len = v->in_len;
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct iphdr *ip = data + l3_off;
@@ -141,9 +141,7 @@ static __always_inline void cz_reply4(struct xdp_md *ctx, const struct cz_config
 		ip->check = cz_csum_replace4(ip->check, from, to);
 		ip->daddr = to;
 	}
-	__u16 old = *(__u16 *)&ip->ttl;
-	ip->ttl--;
-	ip->check = cz_csum_replace2(ip->check, old, *(__u16 *)&ip->ttl);
+	cz_ipv4_ttl_dec(&ip->ttl, &ip->check);
 
 	if (cz_encap(ctx, l3_off, len, &e))
 		CZ_DROP(v, CZ_R_DROP_INNER_MALFORMED);
@@ -151,10 +149,10 @@ static __always_inline void cz_reply4(struct xdp_md *ctx, const struct cz_config
 	cz_send(ctx, v, port_id, port, CZ_R_FWD_TO_COMPUTE);
 }
 
-static __always_inline void cz_reply6(struct xdp_md *ctx, const struct cz_config *cfg,
-				      const struct cz_sf *sf, __u32 l3_off, __u64 len,
-				      struct cz_verdict *v)
+static __noinline void cz_reply6(struct xdp_md *ctx, const struct cz_config *cfg,
+			       const struct cz_sf *sf, __u32 l3_off, struct cz_verdict *v)
 {
+	__u64 len = v->in_len;
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ipv6hdr *ip6 = data + l3_off;

@@ -102,9 +102,7 @@ static __always_inline void cz_inner4(struct xdp_md *ctx, const struct cz_vpc *v
 		ip->check = cz_csum_replace4(ip->check, from, to);
 		ip->saddr = to;
 	}
-	__u16 old = *(__u16 *)&ip->ttl;
-	ip->ttl--;
-	ip->check = cz_csum_replace2(ip->check, old, *(__u16 *)&ip->ttl);
+	cz_ipv4_ttl_dec(&ip->ttl, &ip->check);
 
 	if (cz_decap(ctx, inner_off - ETH_HLEN, &eg))
 		CZ_DROP(v, CZ_R_DROP_INNER_MALFORMED);
@@ -112,9 +110,10 @@ static __always_inline void cz_inner4(struct xdp_md *ctx, const struct cz_vpc *v
 	cz_send(ctx, v, eg.port_id, eg.port, CZ_R_FWD_TO_STORAGE);
 }
 
-static __always_inline void cz_inner6(struct xdp_md *ctx, const struct cz_vpc *vpc, __u32 inner_off,
-				      __u32 avail, __u64 len, struct cz_verdict *v)
+static __noinline void cz_inner6(struct xdp_md *ctx, const struct cz_vpc *vpc, __u32 inner_off,
+			       __u32 avail, struct cz_verdict *v)
 {
+	__u64 len = v->in_len;
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ipv6hdr *ip6 = data + inner_off;
@@ -238,7 +237,7 @@ static __always_inline void cz_from_compute(struct xdp_md *ctx, __u32 l3_off, __
 	if (itype == bpf_htons(ETH_P_IP))
 		return cz_inner4(ctx, vpc, inner_off, avail, len, v);
 	if (itype == bpf_htons(ETH_P_IPV6))
-		return cz_inner6(ctx, vpc, inner_off, avail, len, v);
+		return cz_inner6(ctx, vpc, inner_off, avail, v);
 	CZ_PASS(v, CZ_R_PASS_INNER_NOT_IP);
 }
 

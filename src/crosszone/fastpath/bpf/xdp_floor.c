@@ -17,8 +17,7 @@ int cz_floor(struct xdp_md *ctx)
 	unsigned char tmp[ETH_ALEN];
 
 #ifdef CZ_BENCH
-	struct cz_bench_save saved;
-	struct cz_bench_save *bench = cz_bench_enter(ctx, &saved);
+	struct cz_bench_save *bench = cz_bench_enter(ctx, cz_bench_slot());
 
 	if (!bench)
 		return XDP_ABORTED;   /* bench frames are always long enough */

@@ -47,7 +47,7 @@ static __always_inline void cz_classify(struct xdp_md *ctx, const struct cz_conf
 		struct cz_sf4_key k = { .prefixlen = 32, .addr = ip->daddr };
 		struct cz_sf *sf = bpf_map_lookup_elem(&sf4, &k);
 		if (sf)
-			return cz_reply4(ctx, cfg, sf, l3_off, len, v);
+			return cz_reply4(ctx, cfg, sf, l3_off, v);
 		CZ_PASS(v, CZ_R_PASS_NOT_OURS);
 	}
 	if (proto == bpf_htons(ETH_P_IPV6)) {
@@ -58,7 +58,7 @@ static __always_inline void cz_classify(struct xdp_md *ctx, const struct cz_conf
 		__builtin_memcpy(k.addr, &ip6->daddr, 16);
 		struct cz_sf *sf = bpf_map_lookup_elem(&sf6, &k);
 		if (sf)
-			return cz_reply6(ctx, cfg, sf, l3_off, len, v);
+			return cz_reply6(ctx, cfg, sf, l3_off, v);
 		CZ_PASS(v, CZ_R_PASS_NOT_OURS);
 	}
 	CZ_PASS(v, CZ_R_PASS_NOT_IP);
@@ -111,11 +111,11 @@ int cz_gateway(struct xdp_md *ctx)
 	};
 	__u32 zero = 0;
 	__u64 len = bpf_xdp_get_buff_len(ctx);
+	v.in_len = len;
 	struct cz_config *cfg = bpf_map_lookup_elem(&config, &zero);
 
 #ifdef CZ_BENCH
-	struct cz_bench_save saved;
-	struct cz_bench_save *bench = cz_bench_enter(ctx, &saved);
+	struct cz_bench_save *bench = cz_bench_enter(ctx, cz_bench_slot());
 
 	if (!bench)
 		return XDP_ABORTED;   /* bench frames are always long enough */

@@ -112,6 +112,27 @@ def test_agent_follows_the_controller_and_reports(setup) -> None:
     assert st["gateways"]["gw-a"]["health"] == "unknown"
 
 
+def test_agent_judges_a_bad_revision_once(setup) -> None:
+    """A revision written past the controller (straight into the store) that does not validate
+    is rejected once and kept out; the agent waits for the next revision instead of retrying."""
+    from crosszone.agent.agent import INTENT
+
+    store, ctl, _ = setup
+    ctl.apply(CLUSTER.read_text())
+    sink = DictSink()
+    agent = Agent("gw-a", store, sink, IFX)
+    assert agent.step(0.01).mode == "full"  # type: ignore[union-attr]
+    good = agent.rec.revision
+    before = {k: dict(v) for k, v in sink.entries.items()}
+    store.put(INTENT + "core", b"{not json")
+    assert agent.step(0.2).mode == "rejected"  # type: ignore[union-attr]
+    for _ in range(3):
+        assert agent.step(0.01) is None
+    assert agent.rec.rejected == 1 and agent.rec.revision == good
+    assert float(agent.metrics.rejected._value.get()) == 1
+    assert sink.entries == before
+
+
 class FlakyStore(SqliteStore):
     """A store that fails while `down` is set."""
 

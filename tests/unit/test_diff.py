@@ -177,6 +177,25 @@ def test_bad_revision_rejected_last_state_kept() -> None:
     assert res is not None and res.mode == "rejected"
 
 
+def test_rejected_revision_is_judged_once_and_repaired_by_the_next() -> None:
+    c = load_cluster(CLUSTER)
+    o1 = split_cluster(c)
+    sink = DictSink()
+    r = Reconciler("gw-a", sink, IFX)
+    r.load(o1, 1)
+    assert r.on_events([Event(2, "core", b"{not json")]).mode == "rejected"  # type: ignore[union-attr]
+    assert (r.revision, r.seen, r.rejected) == (1, 2, 1)
+    # the repair arrives alone: it applies on top of revision 2, not of the last good one
+    d = to_document(c)
+    d["storage_pools"][1]["prefixes"] += "\n10.99.0.0/24"
+    o3 = split_cluster(parse_cluster(yaml.safe_dump(d)))
+    changed = [Event(3, k, v) for k, v in o3.items() if o1.get(k) != v]
+    res = r.on_events(changed + [Event(3, "core", o1["core"])])
+    assert res is not None and res.mode == "full" and (r.revision, r.seen, r.rejected) == (3, 3, 1)
+    assert same_state(sink.entries, compile_gateway(parse_cluster(yaml.safe_dump(d)), "gw-a",
+                                                    IFX, r.ids).entries)
+
+
 def test_gateway_missing_from_intent_is_rejected() -> None:
     r = Reconciler("gw-z", DictSink(), IFX)
     assert r.load(split_cluster(load_cluster(CLUSTER)), 1).mode == "rejected"

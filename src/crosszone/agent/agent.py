@@ -118,12 +118,11 @@ class Agent:
         self.backoff.reset()
         objects = {k[len(INTENT):]: v for k, v in objs.items()}
         if not objects:
-            self.rec.revision = rev
+            self.rec.revision = self.rec.seen = rev
             self.started = True
             self.health, self.message = "waiting", "no intent in the store yet"
             return None
         res = self.rec.load(objects, rev, actual=self.read_actual)
-        self.rec.revision = max(self.rec.revision, rev)
         self.started = True
         self._record(res)
         return res
@@ -135,7 +134,7 @@ class Agent:
             self.report()
             return res
         try:
-            events = self.store.watch(INTENT, self.rec.revision, timeout)
+            events = self.store.watch(INTENT, self.rec.seen, timeout)
         except StoreUnavailable as exc:
             self._store_failed(exc)
             return None

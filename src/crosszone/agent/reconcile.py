@@ -69,6 +69,11 @@ class Reconciler:
         self.cluster: Cluster | None = None
         self.desired: Desired | None = None
         self.revision = 0
+        # The last revision looked at, applied or rejected, and the objects as of it: the agent
+        # watches after `seen`, so a rejected revision is judged once, not on every step, and
+        # the next events apply on top of it (they may be what repairs it).
+        self.seen = 0
+        self.latest: dict[str, bytes] = {}
         self.rejected = 0
         self.last_error: str | None = None
 
@@ -105,6 +110,7 @@ class Reconciler:
              actual: Callable[[Entries], Entries] | None = None) -> Applied:
         """Reconcile the maps to a complete set of objects at a revision (see plan_full)."""
         t0 = self.now()
+        self.seen, self.latest = max(self.seen, revision), dict(objects)
         try:
             cluster, desired, ops, chunks = self.plan_full(objects, actual)
         except (InvalidIntentError, KeyError) as exc:
@@ -133,14 +139,17 @@ class Reconciler:
         if not events:
             return None
         revision = events[-1].revision
-        objects = dict(self.objects)
+        base = self.latest
+        objects = dict(base)
         for e in events:
             if e.value is None:
                 objects.pop(e.key, None)
             else:
                 objects[e.key] = e.value
         changed = {e.key for e in events}
-        if self.cluster is None or self.desired is None or any(
+        # The delta path diffs against the last applied objects: after a rejection the base
+        # holds more than those, so the whole state is compiled.
+        if self.cluster is None or self.desired is None or base != self.objects or any(
                 not k.startswith(POOL) for k in changed):
             return self.load(objects, revision)
         t0 = self.now()
@@ -150,6 +159,7 @@ class Reconciler:
             return self.load(objects, revision)
         n = count(ops)
         self.revision = revision
+        self.seen, self.latest = revision, objects
         return Applied(revision, "delta", n["put"], n["delete"], self.now() - t0)
 
     def _delta(self, objects: dict[str, bytes], changed: set[str]) -> list[MapOp]:

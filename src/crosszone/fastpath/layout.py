@@ -164,9 +164,9 @@ class CzGroup(ctypes.Structure):
 
 
 class CzNexthop(ctypes.Structure):
-    """struct cz_nexthop { __u32 port; __u8 mac[6]; __u16 reserved; };"""
+    """struct cz_nexthop { __u32 port; __u32 ifindex; __u8 mac[6]; __u8 smac[6]; };"""
 
-    _fields_ = [("port", c_uint32), ("mac", MAC), ("reserved", c_uint16)]
+    _fields_ = [("port", c_uint32), ("ifindex", c_uint32), ("mac", MAC), ("smac", MAC)]
 
 
 class CzSf4Key(ctypes.Structure):

@@ -85,11 +85,19 @@ def encode_group(g: Group) -> bytes:
     return _b(s)
 
 
-def encode_nexthop(n: Nexthop) -> bytes:
-    """struct cz_nexthop."""
-    s = L.CzNexthop(port=n.port)
+def encode_nexthop(n: Nexthop, port: Port | None) -> bytes:
+    """struct cz_nexthop, with a copy of its port's ifindex and MAC (None: no such port, so the
+    next hop is unusable, as a missing port was before)."""
+    s = L.CzNexthop(port=n.port, ifindex=port.ifindex if port else 0)
     L.fill(s.mac, n.mac)
+    if port is not None:
+        L.fill(s.smac, port.mac)
     return _b(s)
+
+
+def port_of(t: Tables, index: int) -> Port | None:
+    """The port with this index, or None."""
+    return next((p for p in t.ports if p.index == index), None)
 
 
 def encode_port(p: Port) -> bytes:
@@ -180,7 +188,7 @@ class GatewayMaps:
             if target:
                 m["tx_ports"].update(_u32(p.index), _u32(target))
         for n in t.nexthops:
-            m["nexthops"].update(_u32(n.nh_id), encode_nexthop(n))
+            m["nexthops"].update(_u32(n.nh_id), encode_nexthop(n, port_of(t, n.port)))
         for g in t.groups:
             m["ecmp_groups"].update(_u32(g.group_id), encode_group(g))
         if t.hosts:

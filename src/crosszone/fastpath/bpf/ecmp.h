@@ -1,14 +1,16 @@
-/* Next-hop selection: flow hash -> bucket -> next hop -> port. Buckets are filled by the control
- * plane (rendezvous hashing, crosszone/compile), so this stage is two array lookups. */
+/* Next-hop selection: flow hash -> bucket -> next hop. Buckets are filled by the control plane
+ * (rendezvous hashing, crosszone/compile), and each next hop carries a copy of its port's
+ * ifindex and MAC, so this stage is two array lookups. */
 #ifndef CZ_ECMP_H
 #define CZ_ECMP_H
 
 #include "maps.h"
 
 struct cz_egress {
-	struct cz_port *port;
 	__u32 port_id;
+	__u32 ifindex;
 	__u8 *dmac;
+	__u8 *smac;
 };
 
 /* Returns 0 and fills *out, or -1 when the group, next hop or port is missing. */
@@ -21,13 +23,12 @@ static __always_inline int cz_ecmp_pick(__u32 group, __u32 hash, struct cz_egres
 	struct cz_nexthop *nh = bpf_map_lookup_elem(&nexthops, &nh_id);
 	if (!nh)
 		return -1;
-	__u32 port_id = nh->port;
-	struct cz_port *port = bpf_map_lookup_elem(&ports, &port_id);
-	if (!port || !port->ifindex)
+	if (!nh->ifindex)
 		return -1;
-	out->port = port;
-	out->port_id = port_id;
+	out->port_id = nh->port;
+	out->ifindex = nh->ifindex;
 	out->dmac = nh->mac;
+	out->smac = nh->smac;
 	return 0;
 }
 

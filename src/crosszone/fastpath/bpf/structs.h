@@ -115,9 +115,10 @@ struct cz_group {
 
 /* nexthops[n]: where a bucket sends packets. */
 struct cz_nexthop {
-	__u32 port;
+	__u32 port;             /* port index (devmap slot) */
+	__u32 ifindex;          /* that port's ifindex, copied: 0 = unusable */
 	__u8 mac[6];            /* destination MAC (storage router or node) */
-	__u16 reserved;
+	__u8 smac[6];           /* that port's own MAC, copied (one lookup fewer per packet) */
 };
 
 /* sf4/sf6 (LPM tries, one entry per VPC and family): storage-facing dst -> VPC. */

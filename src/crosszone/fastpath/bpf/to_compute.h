@@ -146,7 +146,7 @@ static __noinline void cz_reply4(struct xdp_md *ctx, const struct cz_config *cfg
 	if (cz_encap(ctx, l3_off, len, &e))
 		CZ_DROP(v, CZ_R_DROP_INNER_MALFORMED);
 	v->out_len = len - l3_off + CZ_ENCAP_HLEN;
-	cz_send(ctx, v, port_id, port, CZ_R_FWD_TO_COMPUTE);
+	cz_send(ctx, v, port_id, port->ifindex, CZ_R_FWD_TO_COMPUTE);
 }
 
 static __noinline void cz_reply6(struct xdp_md *ctx, const struct cz_config *cfg,
@@ -202,7 +202,7 @@ static __noinline void cz_reply6(struct xdp_md *ctx, const struct cz_config *cfg
 	if (cz_encap(ctx, l3_off, len, &e))
 		CZ_DROP(v, CZ_R_DROP_INNER_MALFORMED);
 	v->out_len = len - l3_off + CZ_ENCAP_HLEN;
-	cz_send(ctx, v, port_id, port, CZ_R_FWD_TO_COMPUTE);
+	cz_send(ctx, v, port_id, port->ifindex, CZ_R_FWD_TO_COMPUTE);
 }
 
 #endif

@@ -55,7 +55,7 @@ static __always_inline int cz_decap(struct xdp_md *ctx, __u32 inner_eth_off,
 	if ((void *)(eth + 1) > data_end)
 		return -1;
 	__builtin_memcpy(eth->h_dest, eg->dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, eg->port->mac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, eg->smac, ETH_ALEN);
 	return 0;
 }
 
@@ -107,7 +107,7 @@ static __always_inline void cz_inner4(struct xdp_md *ctx, const struct cz_vpc *v
 	if (cz_decap(ctx, inner_off - ETH_HLEN, &eg))
 		CZ_DROP(v, CZ_R_DROP_INNER_MALFORMED);
 	v->out_len = len - (inner_off - ETH_HLEN);
-	cz_send(ctx, v, eg.port_id, eg.port, CZ_R_FWD_TO_STORAGE);
+	cz_send(ctx, v, eg.port_id, eg.ifindex, CZ_R_FWD_TO_STORAGE);
 }
 
 static __noinline void cz_inner6(struct xdp_md *ctx, const struct cz_vpc *vpc, __u32 inner_off,
@@ -176,7 +176,7 @@ static __noinline void cz_inner6(struct xdp_md *ctx, const struct cz_vpc *vpc, _
 	if (cz_decap(ctx, inner_off - ETH_HLEN, &eg))
 		CZ_DROP(v, CZ_R_DROP_INNER_MALFORMED);
 	v->out_len = len - (inner_off - ETH_HLEN);
-	cz_send(ctx, v, eg.port_id, eg.port, CZ_R_FWD_TO_STORAGE);
+	cz_send(ctx, v, eg.port_id, eg.ifindex, CZ_R_FWD_TO_STORAGE);
 }
 
 /* An IPv4 packet addressed to our VTEP, at l3_off. */

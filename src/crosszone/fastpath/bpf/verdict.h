@@ -28,11 +28,11 @@ static __always_inline void cz_set(struct cz_verdict *v, __u32 action, __u32 rea
 
 /* XDP_TX when the egress is the ingress, otherwise XDP_REDIRECT through the devmap. */
 static __always_inline void cz_send(struct xdp_md *ctx, struct cz_verdict *v, __u32 port_id,
-				    const struct cz_port *port, __u32 reason)
+				    __u32 ifindex, __u32 reason)
 {
 	v->port = port_id;
 	v->reason = reason;
-	if (port->ifindex == ctx->ingress_ifindex) {
+	if (ifindex == ctx->ingress_ifindex) {
 		v->action = XDP_TX;
 		return;
 	}

@@ -40,36 +40,9 @@ def gateway_between(
         for name in ns.values():
             sh("ip", "netns", "add", name)
             sh("ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
-        sh(
-            "ip",
-            "-n",
-            ns["gw"],
-            "link",
-            "add",
-            "c0",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "h0",
-            "netns",
-            ns["h"],
-        )
-        sh(
-            "ip",
-            "-n",
-            ns["gw"],
-            "link",
-            "add",
-            "s0",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "st0",
-            "netns",
-            ns["st"],
-        )
+        for dev, peer, where in (("c0", "h0", "h"), ("s0", "st0", "st")):
+            sh("ip", "-n", ns["gw"], "link", "add", dev, "type", "veth",
+               "peer", "name", peer, "netns", ns[where])
         extra = ["mtu", str(mtu)] if mtu else []
         for where, dev in (("gw", "c0"), ("gw", "s0"), ("h", "h0"), ("st", "st0")):
             sh(

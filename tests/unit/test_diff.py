@@ -143,6 +143,16 @@ def _events(rev: int, old: dict, new: dict) -> list[Event]:
     return [Event(rev, k, v) for k, v in diff_objects(old, new).writes.items()]
 
 
+def _loaded() -> tuple:
+    """(cluster, its objects, sink, reconciler) with the example cluster applied at revision 1."""
+    c = load_cluster(CLUSTER)
+    o1 = split_cluster(c)
+    sink = DictSink()
+    r = Reconciler("gw-a", sink, IFX)
+    r.load(o1, 1)
+    return c, o1, sink, r
+
+
 def test_reconciler_delta_equals_full_and_restart_writes_nothing() -> None:
     c = load_cluster(CLUSTER)
     o1 = split_cluster(c)
@@ -163,11 +173,7 @@ def test_reconciler_delta_equals_full_and_restart_writes_nothing() -> None:
 
 
 def test_bad_revision_rejected_last_state_kept() -> None:
-    c = load_cluster(CLUSTER)
-    o1 = split_cluster(c)
-    sink = DictSink()
-    r = Reconciler("gw-a", sink, IFX)
-    r.load(o1, 1)
+    _, _, sink, r = _loaded()
     before = {k: dict(v) for k, v in sink.entries.items()}
     res = r.on_events([Event(2, "core", b"{not json")])
     assert res is not None and res.mode == "rejected"
@@ -178,19 +184,14 @@ def test_bad_revision_rejected_last_state_kept() -> None:
 
 
 def test_rejected_revision_is_judged_once_and_repaired_by_the_next() -> None:
-    c = load_cluster(CLUSTER)
-    o1 = split_cluster(c)
-    sink = DictSink()
-    r = Reconciler("gw-a", sink, IFX)
-    r.load(o1, 1)
+    c, o1, sink, r = _loaded()
     assert r.on_events([Event(2, "core", b"{not json")]).mode == "rejected"  # type: ignore[union-attr]
     assert (r.revision, r.seen, r.rejected) == (1, 2, 1)
     # the repair arrives alone: it applies on top of revision 2, not of the last good one
     d = to_document(c)
     d["storage_pools"][1]["prefixes"] += "\n10.99.0.0/24"
     o3 = split_cluster(parse_cluster(yaml.safe_dump(d)))
-    changed = [Event(3, k, v) for k, v in o3.items() if o1.get(k) != v]
-    res = r.on_events(changed + [Event(3, "core", o1["core"])])
+    res = r.on_events(_events(3, o1, o3) + [Event(3, "core", o1["core"])])
     assert res is not None and res.mode == "full" and (r.revision, r.seen, r.rejected) == (3, 3, 1)
     assert same_state(sink.entries, compile_gateway(parse_cluster(yaml.safe_dump(d)), "gw-a",
                                                     IFX, r.ids).entries)

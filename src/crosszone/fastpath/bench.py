@@ -220,9 +220,9 @@ def load_gateway(
     """Load a gateway object and program the bench tables (+ bulk routes, + hosts)."""
     obj = BpfObject.open(BUILD / obj_name)
     maps = GatewayMaps.of(obj)
-    maps.write(tables, fresh=True)
+    maps.write(tables)
     if routes is not None:
-        maps.write_route_arrays(routes, fresh=True)
+        maps.write_route_arrays(routes)
     if hosts:
         entries = [
             HostEntry(
@@ -325,7 +325,7 @@ def run_bench(
     prog = load_gateway("bench_gateway.o", tables)
     assert prog.maps is not None
     t0 = time.perf_counter()
-    n = prog.maps.write_route_arrays(r4, fresh=True)
+    n = prog.maps.write_route_arrays(r4)
     secs = time.perf_counter() - t0
     prog.close()
     out({"scenario": "program_routes", "routes": n, "seconds": round(secs, 3),

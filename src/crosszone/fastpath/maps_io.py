@@ -175,9 +175,9 @@ class GatewayMaps:
         return cls(obj.maps)
 
     def write(
-        self, t: Tables, devmap_ifindex: Callable[[Port], int] | None = None, fresh: bool = False
+        self, t: Tables, devmap_ifindex: Callable[[Port], int] | None = None
     ) -> None:
-        """Program every table (fresh=True: the maps are new and empty), make-before-break.
+        """Program every table, make-before-break.
 
         devmap_ifindex gives the device a port's devmap slot points at; by default the port's own
         ifindex (tests point the slots at lo, since test runs never transmit)."""
@@ -194,7 +194,7 @@ class GatewayMaps:
         if t.hosts:
             keys, vals = zip(*(encode_host(h) for h in t.hosts))
             m["hosts"].update_batch(list(keys), list(vals))
-        self.write_routes(t.routes, fresh=fresh)
+        self.write_routes(t.routes)
         for sf in t.storage_facing:
             sf_key, sf_val = encode_sf(sf)
             m["sf4" if sf.prefix.version == 4 else "sf6"].update(sf_key, sf_val)
@@ -210,19 +210,17 @@ class GatewayMaps:
             )
         m["config"].update(_u32(0), encode_config(t))
 
-    def write_routes(self, routes: tuple[Route, ...] | list[Route], fresh: bool = False) -> None:
+    def write_routes(self, routes: tuple[Route, ...] | list[Route]) -> None:
         """Batch-write routes into the IPv4 and IPv6 route tables."""
         for fam in (4, 6):
             sel = [r for r in routes if r.prefix.version == fam]
             if not sel:
                 continue
             arr = RouteArrays.of(sel)
-            self.write_route_arrays(arr, fresh=fresh)
+            self.write_route_arrays(arr)
 
-    def write_route_arrays(self, arr: RouteArrays, fresh: bool = False) -> int:
-        """Batch-write routes given as arrays (the bulk path: 1M routes in about a second).
-
-        fresh is accepted for symmetry with `write`; the slot tables need no read-back."""
+    def write_route_arrays(self, arr: RouteArrays) -> int:
+        """Batch-write routes given as arrays (the bulk path: 1M routes in under a second)."""
         name = ("routes4" if arr.family == 4 else "routes6") + ("_lpm" if self.lpm else "")
         keys, values = arr.encode(self.lpm)
         return self.maps[name].update_batch(keys, values)

@@ -54,7 +54,7 @@ class TestRunner:
         self.obj = BpfObject.open(obj_path or default_object())
         self.maps = GatewayMaps.of(self.obj)
         # Devmap slots must name a real device; lo is always there and is never sent to.
-        self.maps.write(self.tables, devmap_ifindex=lambda p: LOOPBACK_IFINDEX, fresh=True)
+        self.maps.write(self.tables, devmap_ifindex=lambda p: LOOPBACK_IFINDEX)
         self.maps.set_flags(self.tables, layout.CZ_CFG_TRACE)
         self.prog = self.obj.program("cz_gateway")
         self.ingress_ifindex = ingress_ifindex

@@ -2,7 +2,7 @@
  * and the protocol, packed into 64-bit words, each multiplied by its own odd constant, xored, then
  * one xor-shift and multiply (a two-round multiplicative mixer). The products are independent, so
  * on x86 the whole hash is about two multiply latencies; murmur3's 32-bit rounds, used before,
- * chained ten multiplies and cost ~10 ns per packet here. Bucket and port spread were checked
+ * chained ten multiplies. Bucket and port spread were checked
  * against sequential source ports, hosts, destinations and destination ports (chi-square of the
  * 256 ECMP buckets within a random hash's range). Mirrored bit for bit in
  * crosszone/fastpath/model.py. It picks the ECMP bucket and the VXLAN source port (entropy for the

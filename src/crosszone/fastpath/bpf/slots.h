@@ -24,9 +24,9 @@
 #include "maps.h"
 
 /* Home slot: Fibonacci hashing (Knuth, TAOCP 6.4), the top bits of one 64-bit multiply by
- * 2^64 / phi. One multiply instead of murmur3's finaliser (two, plus three shift-xors) saves ~3 ns
- * per probe here; every key bit moves the product's bits at and above its own, and the home is
- * taken from the top, so address, length and VPC bits all reach it. The writer checks every
+ * 2^64 / phi: one multiply instead of murmur3's finaliser (two, plus three shift-xors). Every key
+ * bit moves the product's bits at and above its own, and the home is taken from the top, so
+ * address, length and VPC bits all reach it. The writer checks every
  * probe length, so a key set this clusters badly is refused, never silently slow. Mirrored in
  * crosszone/fastpath/slot_table.py. */
 #define CZ_SLOT_PHI    0x9e3779b97f4a7c15ull
@@ -72,6 +72,25 @@ static __always_inline __u32 cz_slot_home6(__u64 key, __u64 hi, __u64 lo, __u32 
 #define CZ_NO_VPC_ID 0xffffffffu
 #define CZ_NO_ROUTE 0ull
 
+enum cz_home { CZ_ABSENT, CZ_AT_HOME, CZ_WALK_ON };
+
+/* What the home slot says about a key: there (*slot set), absent (an empty slot ends the walk),
+ * or walk on. Every slot type starts with its key word. */
+static __always_inline enum cz_home cz_slot_at_home(void *map, __u32 home, __u64 want,
+						    void **slot)
+{
+	__u64 *s = bpf_map_lookup_elem(map, &home);
+
+	if (!s)
+		return CZ_ABSENT;
+	__u64 k = *(volatile __u64 *)s;
+	if (k == want) {
+		*slot = s;
+		return CZ_AT_HOME;
+	}
+	return k == CZ_SLOT_EMPTY ? CZ_ABSENT : CZ_WALK_ON;
+}
+
 __noinline __u32 cz_vtep_walk(__u64 want, __u32 from)
 {
 	struct cz_vtep_slot *found = 0;
@@ -85,16 +104,12 @@ static __always_inline __u32 cz_vtep_vpc(__u32 vni, __be32 vtep)
 {
 	__u64 want = CZ_SLOT_LIVE | ((__u64)vni << CZ_SLOT_VNI_SHIFT) | vtep;
 	__u32 home = cz_slot_home(want, CZ_VTEP_SLOT_BITS);
-	struct cz_vtep_slot *s = bpf_map_lookup_elem(&vtep_slots, &home);
+	struct cz_vtep_slot *s = 0;
+	enum cz_home at = cz_slot_at_home(&vtep_slots, home, want, (void **)&s);
 
-	if (!s)
-		return CZ_NO_VPC_ID;
-	__u64 k = *(volatile __u64 *)&s->key;
-	if (k == want)
+	if (at == CZ_AT_HOME && s)
 		return *(volatile __u32 *)&s->vpc_id;
-	if (k == CZ_SLOT_EMPTY)
-		return CZ_NO_VPC_ID;
-	return cz_vtep_walk(want, home + 1);
+	return at == CZ_ABSENT ? CZ_NO_VPC_ID : cz_vtep_walk(want, home + 1);
 }
 
 #ifndef CZ_ROUTES_LPM_TRIE
@@ -111,16 +126,12 @@ __noinline __u64 cz_route4_walk(__u64 want, __u32 from)
 static __always_inline __u64 cz_route4_find(__u64 want)
 {
 	__u32 home = cz_slot_home(want, CZ_ROUTE4_SLOT_BITS);
-	struct cz_slot4 *s = bpf_map_lookup_elem(&route4_slots, &home);
+	struct cz_slot4 *s = 0;
+	enum cz_home at = cz_slot_at_home(&route4_slots, home, want, (void **)&s);
 
-	if (!s)
-		return CZ_NO_ROUTE;
-	__u64 k = *(volatile __u64 *)&s->key;
-	if (k == want)
+	if (at == CZ_AT_HOME && s)
 		return *(volatile __u64 *)&s->value;
-	if (k == CZ_SLOT_EMPTY)
-		return CZ_NO_ROUTE;
-	return cz_route4_walk(want, home + 1);
+	return at == CZ_ABSENT ? CZ_NO_ROUTE : cz_route4_walk(want, home + 1);
 }
 
 __noinline __u64 cz_route6_walk(__u64 want, __u64 hi, __u64 lo, __u32 from)
@@ -135,16 +146,12 @@ __noinline __u64 cz_route6_walk(__u64 want, __u64 hi, __u64 lo, __u32 from)
 static __always_inline __u64 cz_route6_find(__u64 want, __u64 hi, __u64 lo)
 {
 	__u32 home = cz_slot_home6(want, hi, lo, CZ_ROUTE6_SLOT_BITS);
-	struct cz_slot6 *s = bpf_map_lookup_elem(&route6_slots, &home);
+	struct cz_slot6 *s = 0;
+	enum cz_home at = cz_slot_at_home(&route6_slots, home, want, (void **)&s);
 
-	if (!s)
-		return CZ_NO_ROUTE;
-	__u64 k = *(volatile __u64 *)&s->key;
-	if (k == want && s->hi == hi && s->lo == lo)
+	if (at == CZ_AT_HOME && s && s->hi == hi && s->lo == lo)
 		return *(volatile __u64 *)&s->value;
-	if (k == CZ_SLOT_EMPTY)
-		return CZ_NO_ROUTE;
-	return cz_route6_walk(want, hi, lo, home + 1);
+	return at == CZ_ABSENT ? CZ_NO_ROUTE : cz_route6_walk(want, hi, lo, home + 1);
 }
 #endif
 

@@ -14,7 +14,8 @@ BPF_OBJS := $(BUILD)/xdp_gateway.o $(BUILD)/xdp_gateway_lpm.o $(BUILD)/xdp_floor
             $(BUILD)/xdp_pass.o $(BUILD)/xdp_drop.o
 # Benchmark builds (bpf/bench_harness.h, bpf/bench_spread.h): never attached to a device.
 # Each in two modes: the restore harness for plain test runs, and _live for live-frames runs.
-BENCH_BASE := bench_gateway bench_gateway_lpm bench_gateway_spread bench_gateway_lpm_spread bench_floor
+BENCH_BASE := bench_gateway bench_gateway_lpm bench_gateway_spread bench_gateway_lpm_spread bench_floor \
+              bench_floor_decap bench_floor_decap_lpm
 BENCH_OBJS := $(BENCH_BASE:%=$(BUILD)/%.o) $(BENCH_BASE:%=$(BUILD)/%_live.o)
 
 .PHONY: setup apt venv build test test-unit demo bench clean
@@ -51,7 +52,8 @@ $(BUILD)/xdp_gateway_lpm.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
 # the stem includes ".o", so the plain names match too.
 BENCH_FLAGS = -DCZ_BENCH $(if $(findstring _lpm,$*),-DCZ_ROUTES_LPM_TRIE) \
               $(if $(findstring _spread,$*),-DCZ_BENCH_SPREAD=100000) \
-              $(if $(findstring _live,$*),-DCZ_BENCH_LIVE)
+              $(if $(findstring _live,$*),-DCZ_BENCH_LIVE) \
+              $(if $(findstring _decap,$*),-DCZ_FLOOR_DECAP)
 
 $(BUILD)/bench_gateway%: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
 	clang $(BPF_CFLAGS) $(BENCH_FLAGS) -c $< -o $@

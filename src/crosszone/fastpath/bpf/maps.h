@@ -77,22 +77,7 @@ struct {
 	__type(value, struct cz_slot6);
 } route6_slots SEC(".maps");
 #else
-/* Baseline only (benchmark): the same routes in the kernel's LPM trie. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, CZ_MAX_ROUTES4);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct cz_lpm4_key);
-	__type(value, struct cz_route);
-} routes4_lpm SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, CZ_MAX_ROUTES6);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct cz_lpm6_key);
-	__type(value, struct cz_route);
-} routes6_lpm SEC(".maps");
+#include "lpm_routes.h"
 #endif
 
 /* ECMP group -> bucket table. */

@@ -1,11 +1,49 @@
 // SPDX-License-Identifier: GPL-2.0
 /* Benchmark floor: swap the MACs and bounce the frame (XDP_TX). Nothing can forward for less on
- * this path, so every fast-path figure is reported next to this one, measured in the same run. */
+ * this path, so every fast-path figure is reported next to this one, measured in the same run.
+ *
+ * Two variants bound what the LPM-trie comparison can show (bench.py, "ceiling"):
+ * - -DCZ_FLOOR_DECAP (bench_floor_decap*.o) strips the 50 outer bytes first, as the gateway does:
+ *   the least any decapsulating gateway can cost;
+ * - with -DCZ_ROUTES_LPM_TRIE as well (bench_floor_decap_lpm*.o) it also looks the inner IPv4
+ *   destination up in the same 1M-route trie as the gateway's baseline build. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <bpf/bpf_helpers.h>
 #ifdef CZ_BENCH
 #include "bench_harness.h"
+#endif
+
+#ifdef CZ_ROUTES_LPM_TRIE
+#include "lpm_routes.h"
+
+/* Outer Ethernet, IPv4, UDP, VXLAN, inner Ethernet, then the inner IPv4 daddr at 16. */
+#define CZ_FLOOR_INNER_DST (14 + 20 + 8 + 8 + 14 + 16)
+
+/* Lookups that found a route: the bench checks that every iteration did. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} floor_hits SEC(".maps");
+
+/* 0 when the inner destination (VPC 0, as in the bench tables) has a route. */
+static __always_inline int cz_floor_route(void *data, void *data_end)
+{
+	__be32 *dst = data + CZ_FLOOR_INNER_DST;
+	__u32 zero = 0;
+
+	if ((void *)(dst + 1) > data_end)
+		return -1;
+	struct cz_lpm4_key key = { .prefixlen = 64, .vpc_id = 0, .addr = *dst };
+	if (!bpf_map_lookup_elem(&routes4_lpm, &key))
+		return -1;
+	__u64 *hits = bpf_map_lookup_elem(&floor_hits, &zero);
+	if (hits)
+		(*hits)++;
+	return 0;
+}
 #endif
 
 SEC("xdp.frags")
@@ -27,6 +65,19 @@ int cz_floor(struct xdp_md *ctx)
 #endif
 	if ((void *)(eth + 1) > data_end)
 		return XDP_DROP;
+#ifdef CZ_ROUTES_LPM_TRIE
+	if (cz_floor_route(data, data_end))
+		return XDP_DROP;
+#endif
+#ifdef CZ_FLOOR_DECAP
+	if (bpf_xdp_adjust_head(ctx, 50))
+		return XDP_DROP;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	if ((void *)(eth + 1) > data_end)
+		return XDP_DROP;
+#endif
 	__builtin_memcpy(tmp, eth->h_dest, ETH_ALEN);
 	__builtin_memcpy(eth->h_dest, eth->h_source, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, tmp, ETH_ALEN);

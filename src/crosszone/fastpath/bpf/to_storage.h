@@ -60,8 +60,9 @@ static __always_inline int cz_decap(struct xdp_md *ctx, __u32 inner_eth_off,
 }
 
 static __always_inline void cz_inner4(struct xdp_md *ctx, const struct cz_vpc *vpc, __u32 inner_off,
-				      __u32 avail, __u64 len, struct cz_verdict *v)
+				      __u32 avail, struct cz_verdict *v)
 {
+	__u64 len = v->in_len;
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct iphdr *ip = data + inner_off;
@@ -180,9 +181,10 @@ static __noinline void cz_inner6(struct xdp_md *ctx, const struct cz_vpc *vpc, _
 }
 
 /* An IPv4 packet addressed to our VTEP, at l3_off. */
-static __always_inline void cz_from_compute(struct xdp_md *ctx, __u32 l3_off, __u64 len,
+static __always_inline void cz_from_compute(struct xdp_md *ctx, __u32 l3_off,
 					    struct cz_verdict *v)
 {
+	__u64 len = v->in_len;
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct iphdr *ip = data + l3_off;
@@ -235,7 +237,7 @@ static __always_inline void cz_from_compute(struct xdp_md *ctx, __u32 l3_off, __
 	__u32 avail = tot - CZ_OUTER_L4 - ETH_HLEN;
 	v->to_storage = 1;
 	if (itype == bpf_htons(ETH_P_IP))
-		return cz_inner4(ctx, vpc, inner_off, avail, len, v);
+		return cz_inner4(ctx, vpc, inner_off, avail, v);
 	if (itype == bpf_htons(ETH_P_IPV6))
 		return cz_inner6(ctx, vpc, inner_off, avail, v);
 	CZ_PASS(v, CZ_R_PASS_INNER_NOT_IP);

@@ -19,7 +19,7 @@ struct cz_vlanhdr {
 	__be16 proto;
 };
 
-static __always_inline void cz_classify(struct xdp_md *ctx, const struct cz_config *cfg, __u64 len,
+static __always_inline void cz_classify(struct xdp_md *ctx, const struct cz_config *cfg,
 					struct cz_verdict *v)
 {
 	void *data = (void *)(long)ctx->data;
@@ -43,7 +43,7 @@ static __always_inline void cz_classify(struct xdp_md *ctx, const struct cz_conf
 		if ((void *)(ip + 1) > data_end)
 			CZ_PASS(v, CZ_R_PASS_OUTER_MALFORMED);
 		if (cfg->vtep && ip->daddr == cfg->vtep)
-			return cz_from_compute(ctx, l3_off, len, v);
+			return cz_from_compute(ctx, l3_off, v);
 		struct cz_sf4_key k = { .prefixlen = 32, .addr = ip->daddr };
 		struct cz_sf *sf = bpf_map_lookup_elem(&sf4, &k);
 		if (sf)
@@ -64,13 +64,13 @@ static __always_inline void cz_classify(struct xdp_md *ctx, const struct cz_conf
 	CZ_PASS(v, CZ_R_PASS_NOT_IP);
 }
 
-static __always_inline void cz_count(const struct cz_config *cfg, __u64 len, struct cz_verdict *v)
+static __always_inline void cz_count(const struct cz_config *cfg, struct cz_verdict *v)
 {
 	__u32 reason = v->reason;
 	struct cz_counter *c = bpf_map_lookup_elem(&reason_stats, &reason);
 	if (c) {
 		c->packets++;
-		c->bytes += len;
+		c->bytes += v->in_len;
 	}
 	if (reason <= CZ_R_FWD_TO_COMPUTE) {
 		__u32 vpc = v->vpc_id;
@@ -110,8 +110,7 @@ int cz_gateway(struct xdp_md *ctx)
 		.vpc_id = CZ_NO_VPC,
 	};
 	__u32 zero = 0;
-	__u64 len = bpf_xdp_get_buff_len(ctx);
-	v.in_len = len;
+	v.in_len = bpf_xdp_get_buff_len(ctx);
 	struct cz_config *cfg = bpf_map_lookup_elem(&config, &zero);
 
 #ifdef CZ_BENCH
@@ -124,8 +123,8 @@ int cz_gateway(struct xdp_md *ctx)
 	cz_bench_spread(ctx);
 #endif
 	if (cfg)
-		cz_classify(ctx, cfg, len, &v);
-	cz_count(cfg, len, &v);
+		cz_classify(ctx, cfg, &v);
+	cz_count(cfg, &v);
 #ifdef CZ_BENCH
 	cz_bench_leave(ctx, bench);
 #endif

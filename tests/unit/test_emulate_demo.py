@@ -51,3 +51,20 @@ def test_kernel_nexthops_by_device() -> None:
     assert frr.kernel_nexthops(json.dumps(multi)) == {"g3"}
     assert frr.kernel_nexthops(json.dumps(single)) == {"g1"}
     assert frr.kernel_nexthops("") == set() and frr.kernel_nexthops("{") == set()
+
+
+def _link(name: str, kind: str | None, rx: int, tx: int) -> dict:
+    link: dict = {"ifname": name, "stats64": {"rx": {"dropped": rx}, "tx": {"dropped": tx}}}
+    if kind:
+        link["linkinfo"] = {"info_kind": kind}
+    return link
+
+
+def test_a_veth_drop_counts_once_at_the_sender() -> None:
+    # a veth pair shows one lost packet at both ends: tx at the sender, rx at its peer
+    links = [_link("h1", "veth", 7, 5), _link("vx-a", "vxlan", 2, 3), _link("lo", None, 1, 0)]
+    doc = json.dumps(links)
+    assert demo.link_drops(doc) == 5 + (2 + 3) + 1
+    assert demo.link_drops(doc, {"h1"}) == 5
+    assert demo.link_drops(doc, {"vx-a", "lo"}) == 6
+    assert demo.link_drops("not json") == 0 and demo.link_drops("") == 0

@@ -69,19 +69,30 @@ def cpu_delta(a: CpuSample, b: CpuSample) -> CpuSample:
                                                  strict=False)))
 
 
-def _link_drops(ex: netns.Executor, ns: str, devs: set[str] | None = None) -> int:
-    out = ex.output(["ip", "-n", ns, "-s", "-j", "link", "show"], check=False)
+def link_drops(links_json: str, devs: set[str] | None = None) -> int:
+    """Packets dropped by the interfaces of one namespace (`ip -d -s -j link show` output).
+
+    The kernel shows a veth drop at both ends (tx at the sender, rx at its peer), so a veth
+    counts only its tx drops: each lost packet once, at the end that could not hand it on
+    (which is how a gateway's failed redirects stay the gateway's). Other devices count both.
+    """
     total = 0
     try:
-        for link in json.loads(out or "[]"):
+        for link in json.loads(links_json or "[]"):
             if devs is not None and link.get("ifname") not in devs:
                 continue
             stats = link.get("stats64", {})
-            total += int(stats.get("rx", {}).get("dropped", 0))
+            if link.get("linkinfo", {}).get("info_kind") != "veth":
+                total += int(stats.get("rx", {}).get("dropped", 0))
             total += int(stats.get("tx", {}).get("dropped", 0))
-    except (json.JSONDecodeError, AttributeError):
+    except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
         pass
     return total
+
+
+def _link_drops(ex: netns.Executor, ns: str, devs: set[str] | None = None) -> int:
+    return link_drops(ex.output(["ip", "-n", ns, "-d", "-s", "-j", "link", "show"], check=False),
+                      devs)
 
 
 def gateway_drops(ex: netns.Executor, p: topology.Plan,

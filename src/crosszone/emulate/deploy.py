@@ -135,12 +135,17 @@ def build_ops(p: Plan, active: ActiveSet) -> list[Op]:
     ]
     ops += [in_ns(sr, "ip", "link", "set", f"{n.name}", "master", "stlan")
             for n in p.storage_nodes]
+    # The routers' ports toward hosts and storage nodes forward into veths: see forwarding_port.
+    ops += [netns.forwarding_port(p.compute_router_ns, f"h{h.index}") for h in p.hosts]
+    ops += [netns.forwarding_port(sr, n.name) for n in p.storage_nodes]
     for gw in p.gateways:
         # Both ends of every gateway link carry wire-size frames, whichever way: a kernel
         # gateway may GRO what it receives (as on a real NIC) but cannot hand a 64 KB
         # super-packet to the next hop, which an XDP gateway never could either.
         ops += [netns.wire_segmented(p.compute_router_ns, f"g{gw.index}"),
                 netns.wire_segmented(p.storage_router_ns, f"g{gw.index}"),
+                netns.per_cpu_rings(p.compute_router_ns, f"g{gw.index}"),
+                netns.per_cpu_rings(p.storage_router_ns, f"g{gw.index}"),
                 netns.wire_segmented(gw.ns, "c0"),
                 netns.wire_segmented(gw.ns, "s0")]
         ops += _gateway_base_ops(p, gw)

@@ -7,6 +7,7 @@ is planned here because every other module needs it.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -154,9 +155,38 @@ def nic_like(ns: str, dev: str) -> list[Cmd]:
     GRO on, the veth receives in NAPI context from a 256-entry ring, and since Linux 6.16 a veth
     whose peer is in NAPI mode stops its queue when the ring is full, so a qdisc (here pfifo)
     holds packets instead of dropping them: backpressure, as a NIC's ring and qdisc give.
+    A port that forwards needs forwarding_port as well.
     """
     return [in_ns(ns, "ethtool", "-K", dev, "gro", "on", check=False),
             in_ns(ns, "tc", "qdisc", "replace", "dev", dev, "root", "pfifo", "limit", "1000")]
+
+
+def forwarding_port(ns: str, dev: str) -> Cmd:
+    """Let a router port hand forwarded packets to its peer's NAPI ring (and so to backpressure).
+
+    nic_like's ring and queue only work for packets the veth deems fit for its peer's GRO: a
+    packet the sender generated itself, or any packet when the sending end has no TSO (the
+    kernel's veth_skb_is_eligible_for_gro). A router forwards others' packets, so with TSO on
+    (a veth's default) every one of them went to the shared per-CPU backlog instead and was
+    dropped when it was full: 1,000 to 1,600 drops a second at the compute router's host ports
+    under the demo's workload, the same for both gateway kinds, and TCP's repairs of them set
+    the small requests' p99. What these ports forward arrives MTU-sized (the gateways' and the
+    storage nodes' ports segment), so TSO had nothing to do here anyway.
+    """
+    return in_ns(ns, "ethtool", "-K", dev, "tso", "off")
+
+
+def per_cpu_rings(ns: str, dev: str) -> Cmd:
+    """Give a veth end one receive ring per CPU (veths are created with one).
+
+    An XDP_REDIRECT into a veth lands in the ring of the redirecting CPU's number modulo the ring
+    count, and a full ring drops: XDP has no qdisc to push back into. With one ring both CPUs'
+    redirect bursts shared its 256 slots, and half of the demo's crosszone runs lost a few
+    hundred frames at the routers' gateway ports (none in four runs with a ring per CPU). A NIC
+    has a TX ring per queue, drained by the wire. Set on both routers' gateway ports, for both
+    gateway kinds.
+    """
+    return in_ns(ns, "ethtool", "-L", dev, "rx", str(os.cpu_count() or 1))
 
 
 def wire_segmented(ns: str, dev: str) -> Cmd:

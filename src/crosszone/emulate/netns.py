@@ -182,7 +182,7 @@ def per_cpu_rings(ns: str, dev: str) -> Cmd:
     An XDP_REDIRECT into a veth lands in the ring of the redirecting CPU's number modulo the ring
     count, and a full ring drops: XDP has no qdisc to push back into. With one ring both CPUs'
     redirect bursts shared its 256 slots, and half of the demo's crosszone runs lost a few
-    hundred frames at the routers' gateway ports (none in four runs with a ring per CPU). A NIC
+    hundred frames at the routers' gateway ports (none in seven with a ring per CPU). A NIC
     has a TX ring per queue, drained by the wire. Set on both routers' gateway ports, for both
     gateway kinds.
     """

@@ -45,13 +45,14 @@ def test_reason_enum_matches_btf():
 def _defines(header: str) -> dict[str, int]:
     out = {}
     for m in re.finditer(
-        r"^#define\s+(CZ_\w+)\s+\(?(0x[0-9a-fA-F]+|\d+)(u?l{0,2})\s*(<<\s*(\d+))?\)?",
+        r"^#define\s+(CZ_\w+)\s+\(?(0x[0-9a-fA-F]+|\d+)(u?l{0,2})\s*(<<\s*(\d+|CZ_\w+))?\)?",
         (BPF / header).read_text(),
         re.MULTILINE,
     ):
         value = int(m.group(2), 0)
-        if m.group(5):
-            value <<= int(m.group(5))
+        if m.group(5):  # a shift by a number or by a define above it
+            shift = m.group(5)
+            value <<= out[shift] if shift.startswith("CZ_") else int(shift)
         out[m.group(1)] = value
     return out
 

@@ -64,7 +64,10 @@ def assert_isolated(t, frame: bytes, res: model.Result) -> None:
             (r for r in routes if dst in r.prefix), key=lambda r: r.prefix.prefixlen, default=None
         )
         assert best is not None and best.action == 1, "forwarded outside the VPC's routes"
-        assert VXLAN not in out
+        # decapsulated: what leaves is the inner frame (scapy's `VXLAN in out` cannot say: it
+        # reads any inner UDP to or from 4789, 4790, 6633 or 8472 as VXLAN too)
+        inner = bytes(Ether(frame)[VXLAN].payload)
+        assert len(res.data) == len(inner) and res.data[12:14] == inner[12:14]
     else:
         assert res.reason == Reason.FWD_TO_COMPUTE
         vni = out[VXLAN].vni

@@ -19,12 +19,19 @@ from crosszone.fastpath.libbpf import BpfObject
 from crosszone.fastpath.libbpf_abi import BpfError
 from crosszone.fastpath.maps_io import GatewayMaps
 from crosszone.fastpath.reasons import Reason
-from crosszone.fastpath.slot_table import DELETED, EMPTY, LIVE, ROUTES4, ROUTES6, VTEPS, SlotMap
+from crosszone.fastpath.slot_table import (
+    DELETED,
+    EMPTY,
+    LIVE,
+    ROUTE,
+    ROUTES4,
+    ROUTES6,
+    VTEPS,
+    SlotMap,
+)
 from crosszone.fastpath.testrun import TestRunner
 
 from packet_fixtures import HOST_A1, tables, vxlan
-
-ROUTE = np.dtype([("action", "<u4"), ("group", "<u4")])
 
 
 def _keys4(vpc: int, plen: int, addrs: np.ndarray) -> np.ndarray:
@@ -68,12 +75,12 @@ def _route_values(n: int, group: int = 0) -> bytes:
 
 def _reachable(m: SlotMap) -> None:
     """The linear-probing invariant: no empty slot between a live key and its home."""
-    with m._slots() as s:
-        rows = np.flatnonzero(s[:, 0] & LIVE)
-        homes = m.kind.home(s[rows, :-1].copy())
-        assert (rows >= homes).all() and (rows - homes < L.CZ_SLOT_PROBES).all()
-        for r, h in zip(rows.tolist(), homes.tolist()):
-            assert (s[h:r, 0] != EMPTY).all(), f"empty slot between home {h} and key at {r}"
+    s = m.slots()
+    rows = np.flatnonzero(s[:, 0] & LIVE)
+    homes = m.kind.home(s[rows, :-1].copy())
+    assert (rows >= homes).all() and (rows - homes < L.CZ_SLOT_PROBES).all()
+    for r, h in zip(rows.tolist(), homes.tolist()):
+        assert (s[h:r, 0] != EMPTY).all(), f"empty slot between home {h} and key at {r}"
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +92,8 @@ def gateway_maps(gateway_object):
 
 
 def _clear(m: SlotMap) -> None:
-    with m._slots() as s:
-        s[np.flatnonzero(s[:, 0])] = 0
+    s = m.slots()
+    s[np.flatnonzero(s[:, 0])] = 0
     assert m.live() == 0  # and the writer's count starts again from the table
 
 
@@ -102,7 +109,8 @@ _ops = st.lists(
     min_size=1, max_size=8)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=_ops)
 def test_writer_agrees_with_a_dict(gateway_maps, ops) -> None:
     m = gateway_maps.maps["routes4"]
@@ -138,19 +146,19 @@ def test_replace_rewrites_only_the_value_and_delete_leaves_a_tombstone(gateway_m
     _clear(m)
     keys = _colliding(ROUTES4, _keys4(1, 32, _random(1 << 22, 32)), 3)
     m.update_batch(keys.tobytes(), _route_values(3))
-    with m._slots() as s:
-        rows = np.flatnonzero(s[:, 0] & LIVE)
-        assert len(rows) == 3 and rows[2] - rows[0] == 2  # one home, three consecutive slots
-        first = rows[0]
+    s = m.slots()
+    rows = np.flatnonzero(s[:, 0] & LIVE)
+    assert len(rows) == 3 and rows[2] - rows[0] == 2  # one home, three consecutive slots
+    first = rows[0]
     m.update(keys[1].tobytes(), _route_values(1, group=9))
     assert m.delete(keys[1].tobytes()) and not m.delete(keys[1].tobytes())
-    with m._slots() as s:
-        assert s[first + 1, 0] == DELETED
-        assert np.frombuffer(s[first + 1, 1].tobytes(), ROUTE)["group"][0] == 9
+    s = m.slots()
+    assert s[first + 1, 0] == DELETED
+    assert np.frombuffer(s[first + 1, 1].tobytes(), ROUTE)["group"][0] == 9
     assert m.lookup(keys[2].tobytes()) is not None  # found past the tombstone
     m.update(keys[1].tobytes(), _route_values(1))   # reuses the tombstone
-    with m._slots() as s:
-        assert np.flatnonzero(s[:, 0] & LIVE).tolist() == rows.tolist()
+    s = m.slots()
+    assert np.flatnonzero(s[:, 0] & LIVE).tolist() == rows.tolist()
     _clear(m)
 
 
@@ -171,14 +179,14 @@ def test_a_key_with_no_free_slot_is_refused_and_nothing_is_written(gateway_maps)
     _clear(m)
     key = _keys4(3, 32, np.array([0xC0A80001], np.uint64))
     home = int(ROUTES4.home(ROUTES4.pack(key))[0])
-    with m._slots() as s:  # every slot the key could take holds some other live key
-        s[home:home + L.CZ_SLOT_PROBES, 0] = LIVE | np.uint64(0xFFFF_0000_0000)
-        before = s.copy()
+    s = m.slots()  # every slot the key could take holds some other live key
+    s[home:home + L.CZ_SLOT_PROBES, 0] = LIVE | np.uint64(0xFFFF_0000_0000)
+    before = s.copy()
     with pytest.raises(BpfError) as err:
         m.update(key.tobytes(), _route_values(1))
     assert err.value.errno == errno.E2BIG and "no free slot" in str(err.value)
-    with m._slots() as s:
-        assert (s == before).all()
+    s = m.slots()
+    assert (s == before).all()
     _clear(m)
 
 
@@ -231,8 +239,8 @@ def test_program_finds_colliding_routes_past_tombstones(gateway_object) -> None:
     with TestRunner(tables(), gateway_object) as r:
         m = r.maps.maps["routes4"]
         m.update_batch(keys.tobytes(), _route_values(4))
-        with m._slots() as s:
-            rows = np.flatnonzero(s[:, 0] & LIVE)
+        s = m.slots()
+        rows = np.flatnonzero(s[:, 0] & LIVE)
         home = int(ROUTES4.home(ROUTES4.pack(keys[:1]))[0])
         assert [int(x) for x in rows if home <= x < home + 4] == list(range(home, home + 4))
         for k in keys:
@@ -257,12 +265,12 @@ def test_program_finds_ipv6_routes_and_the_overflow_slots(gateway_object) -> Non
     keys = np.concatenate([_colliding(ROUTES6, cands, 3), end_key])
     with TestRunner(tables(), gateway_object) as r:
         m = r.maps.maps["routes6"]
-        with m._slots() as s:  # other VPCs' keys fill the slots from end_home to the end
-            s[end_home:ROUTES6.slots, 0] = LIVE | np.uint64(0xFFF << L.CZ_SLOT_VPC_SHIFT)
+        s = m.slots()  # other VPCs' keys fill the slots from end_home to the end
+        s[end_home:ROUTES6.slots, 0] = LIVE | np.uint64(0xFFF << L.CZ_SLOT_VPC_SHIFT)
         m.update_batch(keys.tobytes(), _route_values(len(keys)))
-        with m._slots() as s:
-            assert m.lookup(end_key.tobytes()) is not None
-            assert (s[ROUTES6.slots:, 0] & LIVE).any()  # the end key sits in the overflow
+        s = m.slots()
+        assert m.lookup(end_key.tobytes()) is not None
+        assert (s[ROUTES6.slots:, 0] & LIVE).any()  # the end key sits in the overflow
         for k in keys:
             hi_bytes = k["hi"].tobytes()
             dst = ":".join(hi_bytes[i:i + 2].hex() for i in range(0, 6, 2)) + "::9"

@@ -58,10 +58,7 @@ def _router_edge_drops(dep: deploy.Deployment) -> int:
     p = dep.plan
     ports = ((p.compute_router_ns, {f"h{h.index}" for h in p.hosts}),
              (p.storage_router_ns, {n.name for n in p.storage_nodes}))
-    return sum(demo.link_drops(subprocess.run(["ip", "-n", ns, "-d", "-s", "-j", "link", "show"],
-                                              capture_output=True, text=True, check=True).stdout,
-                               devs)
-               for ns, devs in ports)
+    return sum(demo.namespace_drops(dep.ex, ns, devs) for ns, devs in ports)
 
 
 @pytest.mark.parametrize("family", [4, 6])

@@ -90,7 +90,7 @@ def encode_tables(t: Tables, extra_routes: Iterable[mio.RouteArrays] = ()) -> En
         if p.ifindex:
             e["tx_ports"][u32(p.index)] = u32(p.ifindex)
     for n in t.nexthops:
-        e["nexthops"][u32(n.nh_id)] = mio.encode_nexthop(n, mio.port_of(t, n.port))
+        e["nexthops"][u32(n.nh_id)] = mio.encode_nexthop(n, t.port_at(n.port))
     for g in t.groups:
         e["ecmp_groups"][u32(g.group_id)] = mio.encode_group(g)
     e["hosts"] = encode_hosts(t.hosts)

@@ -141,6 +141,10 @@ class Tables:
         """The port with this interface name."""
         return next(p for p in self.ports if p.name == name)
 
+    def port_at(self, index: int) -> Port | None:
+        """The port with this index, or None."""
+        return next((p for p in self.ports if p.index == index), None)
+
 
 def _v4(net: Net | None) -> ipaddress.IPv4Network | None:
     assert net is None or isinstance(net, ipaddress.IPv4Network)

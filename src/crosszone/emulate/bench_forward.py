@@ -361,7 +361,7 @@ def run_bench(seconds: float = 2.0, cpu: int | None = None,
                     if row["gateway_ns_per_pkt"] > 0:
                         row["gateway_core_mpps"] = round(1e3 / row["gateway_ns_per_pkt"], 3)
                         row["gateway_core_gbps"] = round(
-                            1e9 / row["gateway_ns_per_pkt"] * len(frame) * 8 / 1e9, 3)
+                            len(frame) * 8 / row["gateway_ns_per_pkt"], 3)
                 per[kind].append(row)
     rows = []
     for kind in kinds:

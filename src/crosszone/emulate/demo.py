@@ -90,7 +90,8 @@ def link_drops(links_json: str, devs: set[str] | None = None) -> int:
     return total
 
 
-def _link_drops(ex: netns.Executor, ns: str, devs: set[str] | None = None) -> int:
+def namespace_drops(ex: netns.Executor, ns: str, devs: set[str] | None = None) -> int:
+    """Packets dropped by the interfaces of namespace `ns` (only `devs`, if given)."""
     return link_drops(ex.output(["ip", "-n", ns, "-d", "-s", "-j", "link", "show"], check=False),
                       devs)
 
@@ -100,7 +101,7 @@ def gateway_drops(ex: netns.Executor, p: topology.Plan,
     """Drops by gateways of `kind`, by cause: interface drops, nftables or fast-path reasons."""
     out: dict[str, int] = {"interfaces": 0}
     for gw in p.gateways_of(kind):
-        out["interfaces"] += _link_drops(ex, gw.ns)
+        out["interfaces"] += namespace_drops(ex, gw.ns)
         if kind == "legacy":
             out["nftables"] = out.get("nftables", 0) + legacy_gateway.dropped_packets(
                 ex.output(["ip", "netns", "exec", gw.ns, "nft", "-j", "list", "counters"],
@@ -116,7 +117,7 @@ def gateway_drops(ex: netns.Executor, p: topology.Plan,
 def network_drops(ex: netns.Executor, p: topology.Plan) -> int:
     """Interface drops everywhere but the gateways (hosts, endpoints, routers, storage)."""
     gw_ns = {g.ns for g in p.gateways}
-    return sum(_link_drops(ex, ns) for ns in p.namespaces if ns not in gw_ns)
+    return sum(namespace_drops(ex, ns) for ns in p.namespaces if ns not in gw_ns)
 
 
 def _diff(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:

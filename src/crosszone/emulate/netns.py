@@ -168,7 +168,7 @@ def forwarding_port(ns: str, dev: str) -> Cmd:
     packet the sender generated itself, or any packet when the sending end has no TSO (the
     kernel's veth_skb_is_eligible_for_gro). A router forwards others' packets, so with TSO on
     (a veth's default) every one of them went to the shared per-CPU backlog instead and was
-    dropped when it was full: 1,000 to 1,600 drops a second at the compute router's host ports
+    dropped when it was full: 900 to 1,600 drops a second at the compute router's host ports
     under the demo's workload, the same for both gateway kinds, and TCP's repairs of them set
     the small requests' p99. What these ports forward arrives MTU-sized (the gateways' and the
     storage nodes' ports segment), so TSO had nothing to do here anyway.

@@ -248,6 +248,11 @@ def load_gateway(
     return Loaded(obj, maps, "cz_gateway", live)
 
 
+def load_floor(obj_name: str, live: bool = False) -> Loaded:
+    """Load a floor object (no gateway tables)."""
+    return Loaded(BpfObject.open(BUILD / obj_name), None, "cz_floor", live)
+
+
 def _conditions(repeat: int, rounds: int) -> dict:
     cpu = "unknown"
     try:
@@ -362,14 +367,12 @@ def run_bench(
                sfx: str = sfx, live: bool = live) -> Loaded:
             return load_gateway(f"{name}{sfx}.o", tables, rt, n_hosts, live)
 
-        floor = Loaded(BpfObject.open(BUILD / f"bench_floor{sfx}.o"), None, "cz_floor", live)
-        raw_floor = Loaded(BpfObject.open(BUILD / "xdp_floor.o"), None, "cz_floor", live)
+        floor, raw_floor = load_floor(f"bench_floor{sfx}.o", live), load_floor("xdp_floor.o", live)
         tag = {"mode": mode}
 
         prog, lpm = gw("bench_gateway", r4), gw("bench_gateway_lpm", r4)
-        decap = Loaded(BpfObject.open(BUILD / f"bench_floor_decap{sfx}.o"), None, "cz_floor", live)
-        decap_lpm = Loaded(BpfObject.open(BUILD / f"bench_floor_decap_lpm{sfx}.o"), None,
-                           "cz_floor", live)
+        decap = load_floor(f"bench_floor_decap{sfx}.o", live)
+        decap_lpm = load_floor(f"bench_floor_decap_lpm{sfx}.o", live)
         GatewayMaps.of(decap_lpm.obj).write_route_arrays(r4)
         row = measure(raw_floor, vxlan_frame(DST4), floor, prog, fwd, repeat, rounds, lpm,
                       (decap, decap_lpm))

@@ -95,11 +95,6 @@ def encode_nexthop(n: Nexthop, port: Port | None) -> bytes:
     return _b(s)
 
 
-def port_of(t: Tables, index: int) -> Port | None:
-    """The port with this index, or None."""
-    return next((p for p in t.ports if p.index == index), None)
-
-
 def encode_port(p: Port) -> bytes:
     """struct cz_port."""
     s = L.CzPort(ifindex=p.ifindex)
@@ -188,7 +183,7 @@ class GatewayMaps:
             if target:
                 m["tx_ports"].update(_u32(p.index), _u32(target))
         for n in t.nexthops:
-            m["nexthops"].update(_u32(n.nh_id), encode_nexthop(n, port_of(t, n.port)))
+            m["nexthops"].update(_u32(n.nh_id), encode_nexthop(n, t.port_at(n.port)))
         for g in t.groups:
             m["ecmp_groups"].update(_u32(g.group_id), encode_group(g))
         if t.hosts:
@@ -229,12 +224,18 @@ class GatewayMaps:
         """Rewrite the config entry with other flags (e.g. CZ_CFG_TRACE)."""
         self.maps["config"].update(_u32(0), encode_config(dataclasses.replace(t, flags=flags)))
 
+    def _percpu(self, name: str, index: int) -> list[bytes]:
+        """One entry of a per-CPU array map, a value per CPU (those maps are never slot tables)."""
+        m = self.maps[name]
+        assert isinstance(m, BpfMap), name
+        return m.lookup_percpu(_u32(index))
+
     def reason_stats(self) -> dict[Reason, tuple[int, int]]:
         """Reason -> (packets, bytes), summed over CPUs."""
         out = {}
         for r in Reason:
             pk = by = 0
-            for raw in self.maps["reason_stats"].lookup_percpu(_u32(int(r))):
+            for raw in self._percpu("reason_stats", int(r)):
                 c = L.CzCounter.from_buffer_copy(raw[: ctypes.sizeof(L.CzCounter)])
                 pk += c.packets
                 by += c.bytes
@@ -244,7 +245,7 @@ class GatewayMaps:
     def vpc_stats(self, vpc_id: int) -> L.CzVpcCounter:
         """Forwarded packets and bytes of one VPC in both directions, summed over CPUs."""
         total = L.CzVpcCounter()
-        for raw in self.maps["vpc_stats"].lookup_percpu(_u32(vpc_id)):
+        for raw in self._percpu("vpc_stats", vpc_id):
             c = L.CzVpcCounter.from_buffer_copy(raw[: ctypes.sizeof(L.CzVpcCounter)])
             for f in (
                 "to_storage_packets",
@@ -257,7 +258,7 @@ class GatewayMaps:
 
     def last_trace(self, cpu: int) -> L.CzTrace:
         """The trace record of one CPU (only filled with CZ_CFG_TRACE)."""
-        raw = self.maps["trace"].lookup_percpu(_u32(0))[cpu]
+        raw = self._percpu("trace", 0)[cpu]
         return L.CzTrace.from_buffer_copy(raw[: ctypes.sizeof(L.CzTrace)])
 
 
@@ -265,7 +266,7 @@ _KEY4 = np.dtype([("vpc_id", "<u4"), ("plen", "<u4"), ("addr", ">u4")])
 _LPM4 = np.dtype([("prefixlen", "<u4"), ("vpc_id", ">u4"), ("addr", ">u4")])
 _KEY6 = np.dtype([("vpc_id", "<u4"), ("plen", "<u4"), ("hi", ">u8"), ("lo", ">u8")])
 _LPM6 = np.dtype([("prefixlen", "<u4"), ("vpc_id", ">u4"), ("hi", ">u8"), ("lo", ">u8")])
-_ROUTE = np.dtype([("action", "<u4"), ("group", "<u4")])
+_ROUTE = np.dtype(L.CzRoute)
 
 
 @dataclasses.dataclass

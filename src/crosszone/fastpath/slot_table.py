@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import errno
 import mmap
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,16 +100,16 @@ class Kind:
                         self.bits)
 
 
+ROUTE = np.dtype(L.CzRoute)  # the value of both route tables
+
 # Addresses are raw bytes in C (network order in memory): "<u4"/"<u8" views load them the way
 # the fast path does, so the packed words equal what the program computes from a packet.
 ROUTES4 = Kind("routes4", "route4_slots",
                np.dtype([("vpc_id", "<u4"), ("plen", "<u4"), ("addr", "<u4")]),
-               np.dtype([("action", "<u4"), ("group", "<u4")]), 2, L.CZ_ROUTE4_SLOT_BITS,
-               L.CZ_MAX_ROUTES4)
+               ROUTE, 2, L.CZ_ROUTE4_SLOT_BITS, L.CZ_MAX_ROUTES4)
 ROUTES6 = Kind("routes6", "route6_slots",
                np.dtype([("vpc_id", "<u4"), ("plen", "<u4"), ("hi", "<u8"), ("lo", "<u8")]),
-               np.dtype([("action", "<u4"), ("group", "<u4")]), 4, L.CZ_ROUTE6_SLOT_BITS,
-               L.CZ_MAX_ROUTES6)
+               ROUTE, 4, L.CZ_ROUTE6_SLOT_BITS, L.CZ_MAX_ROUTES6)
 VTEPS = Kind("vtep_allowed", "vtep_slots", np.dtype([("vni", "<u4"), ("vtep", "<u4")]),
              np.dtype([("vpc_id", "<u4")]), 2, L.CZ_VTEP_SLOT_BITS, L.CZ_MAX_VTEPS)
 KINDS = (ROUTES4, ROUTES6, VTEPS)
@@ -149,18 +148,17 @@ class SlotMap:
     def __repr__(self) -> str:
         return f"SlotMap({self.name!r} in {self.table.name!r})"
 
-    @contextmanager
-    def _slots(self) -> Iterator[np.ndarray]:
-        """The table's memory as (slots, words) uint64. Mapped once (remapping per call would
-        fault in every page a scan touches again); the mapping holds the map, and its memory,
-        until `close` or until this object is freed."""
+    def slots(self) -> np.ndarray:
+        """The table's memory as (slots, words) uint64, writable. Mapped once (remapping per call
+        would fault in every page a scan touches again); the mapping holds the map, and its
+        memory, until `close` or until this object is freed."""
         if self._view is None:
             size = -(-self._bytes // mmap.PAGESIZE) * mmap.PAGESIZE
             mm = mmap.mmap(self.table.fd, size, mmap.MAP_SHARED,
                            mmap.PROT_READ | mmap.PROT_WRITE)
             self._view = np.frombuffer(mm, np.uint64, self._bytes // 8).reshape(
                 -1, self.kind.words)
-        yield self._view
+        return self._view
 
     def close(self) -> None:
         """Unmap the table (the mapping goes with the last view of it)."""
@@ -222,8 +220,8 @@ class SlotMap:
 
     def live(self) -> int:
         """Keys held (counted afresh)."""
-        with self._slots() as s:
-            self._live = int(np.count_nonzero(s[:, 0] >= LIVE))
+        s = self.slots()
+        self._live = int(np.count_nonzero(s[:, 0] >= LIVE))
         return self._live
 
     def update_batch(self, keys: bytes | Sequence[bytes], values: bytes | Sequence[bytes]) -> int:
@@ -243,23 +241,23 @@ class SlotMap:
         vw = np.zeros(len(keep), np.uint64)
         vw.view(np.uint8).reshape(-1, 8)[:, : self.value_size] = (
             np.ascontiguousarray(v[keep]).view(np.uint8).reshape(-1, self.value_size))
-        with self._slots() as s:
-            at = self._find(s, packed)
-            old = at >= 0
-            new = ~old
-            n_live = self._live if self._live is not None else self.live()
-            if n_live + int(new.sum()) > self.kind.capacity:
-                raise BpfError(errno.E2BIG, "slot put", self.name,
-                               f"{n_live} held + {int(new.sum())} new > capacity "
-                               f"{self.kind.capacity}")
-            s[at[old], -1] = vw[old]              # replace: one value store each
-            slots = self._place(s, packed[new])
-            last_col = packed.shape[1]
-            if last_col > 1:
-                s[slots, 1:last_col] = packed[new, 1:]
-            s[slots, -1] = vw[new]                # the value words before ...
-            s[slots, 0] = packed[new, 0]          # ... the key words that make them visible
-        self._live = n_live + len(slots)
+        s = self.slots()
+        at = self._find(s, packed)
+        old = at >= 0
+        new = ~old
+        n_live = self._live if self._live is not None else self.live()
+        if n_live + int(new.sum()) > self.kind.capacity:
+            raise BpfError(errno.E2BIG, "slot put", self.name,
+                           f"{n_live} held + {int(new.sum())} new > capacity "
+                           f"{self.kind.capacity}")
+        s[at[old], -1] = vw[old]              # replace: one value store each
+        free = self._place(s, packed[new])
+        last_col = packed.shape[1]
+        if last_col > 1:
+            s[free, 1:last_col] = packed[new, 1:]
+        s[free, -1] = vw[new]                 # the value words before ...
+        s[free, 0] = packed[new, 0]           # ... the key words that make them visible
+        self._live = n_live + len(free)
         return len(k)
 
     def update(self, key: bytes, value: bytes) -> None:
@@ -271,10 +269,10 @@ class SlotMap:
         k = _records(keys, self.kind.key, f"{self.name} keys")
         if not len(k):
             return 0
-        with self._slots() as s:
-            at = self._find(s, self.kind.pack(k))
-            at = np.unique(at[at >= 0])
-            s[at, 0] = DELETED
+        s = self.slots()
+        at = self._find(s, self.kind.pack(k))
+        at = np.unique(at[at >= 0])
+        s[at, 0] = DELETED
         if self._live is not None:
             self._live -= len(at)
         return len(at)
@@ -286,26 +284,26 @@ class SlotMap:
     def lookup(self, key: bytes) -> bytes | None:
         """The value of one key, or None."""
         k = _records(key, self.kind.key, f"{self.name} key")
-        with self._slots() as s:
-            at = int(self._find(s, self.kind.pack(k))[0])
-            if at < 0:
-                return None
-            return bytes(s[at, -1:].tobytes()[: self.value_size])
+        s = self.slots()
+        at = int(self._find(s, self.kind.pack(k))[0])
+        if at < 0:
+            return None
+        return bytes(s[at, -1:].tobytes()[: self.value_size])
 
     def dump(self) -> tuple[bytes, bytes, int]:
         """(keys, values, n) of every live key, in slot order (`BpfMap.dump`'s shape)."""
-        with self._slots() as s:
-            rows = np.flatnonzero(s[:, 0] & LIVE)
-            got = s[rows].copy()
+        s = self.slots()
+        rows = np.flatnonzero(s[:, 0] & LIVE)
+        got = s[rows].copy()
         keys = self.kind.unpack(got[:, :-1])
         vals = got[:, -1].copy().view(np.uint8).reshape(-1, 8)[:, : self.value_size]
         return keys.tobytes(), np.ascontiguousarray(vals).tobytes(), len(rows)
 
     def probe_lengths(self) -> np.ndarray:
         """Distance of every live key from its home slot (a test and capacity diagnostic)."""
-        with self._slots() as s:
-            rows = np.flatnonzero(s[:, 0] & LIVE)
-            packed = s[rows, :-1].copy()
+        s = self.slots()
+        rows = np.flatnonzero(s[:, 0] & LIVE)
+        packed = s[rows, :-1].copy()
         return rows - self.kind.home(packed)  # type: ignore[no-any-return]
 
 

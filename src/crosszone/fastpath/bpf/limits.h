@@ -19,11 +19,11 @@
 /* Open-addressing slot tables (slots.h): a power of two at least 4x the entries they hold, so a
  * full table is at most a quarter occupied and linear probing stays within CZ_SLOT_PROBES. */
 #define CZ_ROUTE4_SLOT_BITS 23
-#define CZ_ROUTE4_SLOTS    8388608    /* 2^23 x 16 bytes = 128 MiB */
+#define CZ_ROUTE4_SLOTS    (1u << CZ_ROUTE4_SLOT_BITS)   /* x 16 bytes = 128 MiB */
 #define CZ_ROUTE6_SLOT_BITS 22
-#define CZ_ROUTE6_SLOTS    4194304    /* 2^22 x 32 bytes = 128 MiB */
+#define CZ_ROUTE6_SLOTS    (1u << CZ_ROUTE6_SLOT_BITS)   /* x 32 bytes = 128 MiB */
 #define CZ_VTEP_SLOT_BITS  22
-#define CZ_VTEP_SLOTS      4194304    /* 2^22 x 16 bytes = 64 MiB */
+#define CZ_VTEP_SLOTS      (1u << CZ_VTEP_SLOT_BITS)     /* x 16 bytes = 64 MiB */
 #define CZ_SLOT_PROBES     64         /* longest walk; the writer refuses to place a key further */
 
 #define CZ_VXLAN_PORT      4789

@@ -1,5 +1,6 @@
 /* Every map of the gateway program, one line each on what it holds. Python opens them by name
- * (crosszone/fastpath/tables.py); the big hashes are not preallocated so that memory follows use. */
+ * (crosszone/fastpath/maps_io.py); the hashes are not preallocated so that memory follows use,
+ * the slot tables are sized at compile time (limits.h). */
 #ifndef CZ_MAPS_H
 #define CZ_MAPS_H
 
@@ -50,7 +51,8 @@ struct {
 	__type(value, struct cz_vtep_slot);
 } vtep_slots SEC(".maps");
 
-/* VNI -> VPC id; read only when vtep_allowed misses, to tell an unknown VNI from a spoofed VTEP. */
+/* VNI -> VPC id; read only when vtep_slots has no (VNI, VTEP) entry, to tell an unknown VNI from a
+ * spoofed VTEP. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, CZ_MAX_VPCS);

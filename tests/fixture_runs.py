@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from crosszone.compile.tables import Tables
-from crosszone.fastpath import model
 from crosszone.fastpath.maps_io import bind_ports
-from crosszone.fastpath.testrun import LOOPBACK_IFINDEX, test_ifindexes
+from crosszone.fastpath.testing import model
+from crosszone.fastpath.testing.testrun import LOOPBACK_IFINDEX, test_ifindexes
 
 from packet_fixtures import Fixture, tables
 

@@ -28,9 +28,9 @@ from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.layers.vxlan import VXLAN
 from scapy.packet import Packet, Raw
 
+from crosszone.abi.reasons import Reason, XdpAction
 from crosszone.compile.tables import Tables, compile_intent
-from crosszone.fastpath.model import flow_hash
-from crosszone.fastpath.reasons import Reason, XdpAction
+from crosszone.fastpath.testing.model import flow_hash
 from crosszone.intent.loader import load_intent
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gateway.yaml"

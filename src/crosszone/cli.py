@@ -20,23 +20,21 @@ bench_app = typer.Typer(
 )
 app.add_typer(bench_app, name="bench")
 
-# Modules that add commands: each exposes register(app, bench_app).
-_COMMAND_MODULES = (
-    "crosszone.fastpath.commands",
+# Every module that adds commands, each exposing register(app, bench_app). A module that fails to
+# import is a broken install: the error propagates (no command silently disappears).
+COMMAND_MODULES = (
     "crosszone.intent.commands",
-    "crosszone.plan.commands",
+    "crosszone.fastpath.commands",
+    "crosszone.agent.commands",
+    "crosszone.control.commands",
     "crosszone.emulate.commands",
+    "crosszone.plan.commands",
+    "crosszone.bench.commands",
     "crosszone.demo",
 )
 
-for _name in _COMMAND_MODULES:
-    try:
-        _mod = importlib.import_module(_name)
-    except ModuleNotFoundError as exc:  # a plane not written yet
-        if exc.name != _name:
-            raise
-        continue
-    _mod.register(app, bench_app)
+for _name in COMMAND_MODULES:
+    importlib.import_module(_name).register(app, bench_app)
 
 
 def main() -> None:

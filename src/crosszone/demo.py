@@ -27,8 +27,8 @@ EXAMPLE_INTENT = ROOT / "examples" / "gateway.yaml"
 
 def fastpath_demo(console: Console) -> int:
     """Part 1: sample frames through the kernel program. Returns the number of frames."""
-    from crosszone.fastpath.pcap_run import run_pcap
-    from crosszone.fastpath.sample_traffic import write_pcap
+    from crosszone.fastpath.testing.pcap_run import run_pcap
+    from crosszone.fastpath.testing.sample_traffic import write_pcap
 
     console.rule("[bold]1. the XDP fast path, programmed from examples/gateway.yaml")
     with tempfile.TemporaryDirectory(prefix="crosszone-demo-") as tmp:
@@ -61,8 +61,8 @@ def fastpath_demo(console: Console) -> int:
 
 
 def forwarding_demo(console: Console, seconds: float = 2.0) -> dict[str, dict]:
-    """Part 3: per-core forwarding of each gateway kind (crosszone.emulate.bench_forward)."""
-    from crosszone.emulate.bench_forward import run_bench, teardown
+    """Part 3: per-core forwarding of each gateway kind (crosszone.bench.forward)."""
+    from crosszone.bench.forward import run_bench, teardown
 
     console.rule("[bold]3. one gateway core, forwarding only (same generator for every kind)")
     rows: list[dict] = []

@@ -29,18 +29,19 @@ from scapy.layers.inet import IP, UDP
 from scapy.packet import Raw
 
 from crosszone.agent.agent import default_state_file, ifindex_in
-from crosszone.agent.desired import Ids, compile_gateway
 from crosszone.agent.sink import MapSink
 from crosszone.compile.diff import ARRAY_MAPS, Entries
+from crosszone.compile.gateway import Ids, compile_gateway
 from crosszone.compile.tables import compile_intent
 from crosszone.control.service import Controller
-from crosszone.control.sqlite_store import SqliteStore
-from crosszone.fastpath import deploy, model
+from crosszone.fastpath import deploy
 from crosszone.fastpath.libbpf import xdp_query_prog_id
 from crosszone.fastpath.maps_io import bind_ports
-from crosszone.fastpath.netns import in_netns
+from crosszone.fastpath.testing import model
 from crosszone.intent.cluster import parse_cluster
 from crosszone.intent.loader import load_intent
+from crosszone.linux.netns import in_netns
+from crosszone.store.sqlite_store import SqliteStore
 
 from packet_fixtures import storage_reply, vxlan
 from veth_topology import gateway_between
@@ -294,8 +295,8 @@ def test_read_back_at_scale_is_what_was_written(bpffs: Path, gateway_object: Pat
     200k routes and 20k compact hosts (the full-scale figure is in `crosszone bench control`)."""
     import shutil
 
+    from crosszone.bench.control import synthetic
     from crosszone.compile.diff import diff_entries
-    from crosszone.control.bench import synthetic
     from crosszone.fastpath.libbpf import BpfObject
     from crosszone.fastpath.maps_io import GatewayMaps
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from crosszone.fastpath.bench import run_bench
+from crosszone.bench.fastpath import run_bench
 
 
 def test_every_iteration_sees_a_fresh_frame():

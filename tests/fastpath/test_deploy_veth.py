@@ -12,11 +12,12 @@ from scapy.layers.inet import IP, TCP
 from scapy.packet import Raw
 
 from crosszone.compile.tables import compile_intent
-from crosszone.fastpath import deploy, model
+from crosszone.fastpath import deploy
 from crosszone.fastpath.libbpf import xdp_query_prog_id
 from crosszone.fastpath.maps_io import bind_ports
-from crosszone.fastpath.netns import in_netns
+from crosszone.fastpath.testing import model
 from crosszone.intent.loader import load_intent
+from crosszone.linux.netns import in_netns
 
 from packet_fixtures import storage_reply, vxlan
 from veth_topology import gateway_between

@@ -6,9 +6,9 @@ import yaml
 from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 
+from crosszone.abi.reasons import Reason
 from crosszone.compile.tables import compile_intent
-from crosszone.fastpath.reasons import Reason
-from crosszone.fastpath.testrun import TestRunner
+from crosszone.fastpath.testing.testrun import TestRunner
 from crosszone.intent.loader import parse_intent
 
 from packet_fixtures import EXAMPLE, vxlan

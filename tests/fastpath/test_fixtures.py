@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from crosszone.fastpath.testrun import TestRunner
+from crosszone.fastpath.testing.testrun import TestRunner
 
 from fixture_runs import check, ifindexes, model_runner
 from packet_fixtures import fixtures, ids, tables

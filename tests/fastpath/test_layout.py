@@ -7,8 +7,9 @@ import re
 
 import pytest
 
-from crosszone.fastpath import btf, layout
-from crosszone.fastpath.reasons import REASON_MAX, Reason
+from crosszone.abi import layout
+from crosszone.abi.reasons import REASON_MAX, Reason
+from crosszone.fastpath import btf
 
 from conftest import BUILD, ROOT
 

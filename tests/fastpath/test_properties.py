@@ -12,9 +12,9 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 from scapy.layers.vxlan import VXLAN
 
-from crosszone.fastpath import model
-from crosszone.fastpath.reasons import Reason, XdpAction
-from crosszone.fastpath.testrun import LOOPBACK_IFINDEX, TestRunner
+from crosszone.abi.reasons import Reason, XdpAction
+from crosszone.fastpath.testing import model
+from crosszone.fastpath.testing.testrun import LOOPBACK_IFINDEX, TestRunner
 
 from packet_fixtures import tables
 from packet_strategies import frames

@@ -9,7 +9,7 @@ from scapy.utils import rdpcap
 from typer.testing import CliRunner
 
 from crosszone.fastpath.commands import fastpath_app
-from crosszone.fastpath.sample_traffic import sample_frames, write_pcap
+from crosszone.fastpath.testing.sample_traffic import sample_frames, write_pcap
 
 from packet_fixtures import EXAMPLE
 

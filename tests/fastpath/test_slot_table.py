@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 from scapy.layers.inet import IP, TCP
 from scapy.layers.inet6 import IPv6
 
-from crosszone.fastpath import layout as L
+from crosszone.abi import layout as L
+from crosszone.abi.reasons import Reason
 from crosszone.fastpath.libbpf import BpfObject
 from crosszone.fastpath.libbpf_abi import BpfError
 from crosszone.fastpath.maps_io import GatewayMaps
-from crosszone.fastpath.reasons import Reason
 from crosszone.fastpath.slot_table import (
     DELETED,
     EMPTY,
@@ -29,7 +29,7 @@ from crosszone.fastpath.slot_table import (
     VTEPS,
     SlotMap,
 )
-from crosszone.fastpath.testrun import TestRunner
+from crosszone.fastpath.testing.testrun import TestRunner
 
 from packet_fixtures import HOST_A1, tables, vxlan
 
@@ -299,7 +299,7 @@ def test_a_million_routes_of_the_benchmark_sit_near_home(gateway_maps) -> None:
     """The design assumption (a quarter-full table keeps walks short) on the benchmark's route
     sets: five prefix lengths of arithmetic sequences, the shape Fibonacci hashing is weakest on
     if anything. Also the programming path the benchmark times."""
-    from crosszone.fastpath.bench import route_arrays4, route_arrays6
+    from crosszone.bench.fastpath import route_arrays4, route_arrays6
 
     for arrays, name in ((route_arrays4(1_000_000), "routes4"), (route_arrays6(1_000_000),
                                                                   "routes6")):

@@ -7,9 +7,9 @@ from collections import Counter
 
 import yaml
 
+from crosszone.abi import layout
 from crosszone.compile.ecmp import rendezvous_buckets
 from crosszone.compile.tables import compile_intent
-from crosszone.fastpath import layout
 from crosszone.intent.loader import parse_intent
 
 from packet_fixtures import EXAMPLE

@@ -10,13 +10,13 @@ import yaml
 from fastapi.testclient import TestClient
 
 from crosszone.agent.agent import Agent, Backoff
-from crosszone.agent.desired import compile_gateway
 from crosszone.compile.diff import DictSink
+from crosszone.compile.gateway import compile_gateway
 from crosszone.control.api import create_app
 from crosszone.control.service import Controller
-from crosszone.control.sqlite_store import SqliteStore
-from crosszone.control.store import StoreUnavailable
 from crosszone.intent.cluster import load_cluster, parse_cluster
+from crosszone.store.sqlite_store import SqliteStore
+from crosszone.store.store import StoreUnavailable
 from unit.test_diff import same_state
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,7 +88,7 @@ def test_prefix_changes(setup) -> None:
                  headers=AUTH)
     assert r.status_code == 200
     # A fresh controller sees exactly the stored state.
-    from crosszone.control.objects import split_cluster
+    from crosszone.store.objects import split_cluster
 
     assert split_cluster(Controller(store).cluster) == split_cluster(ctl.cluster)
 
@@ -184,8 +184,8 @@ def test_backoff() -> None:
 def test_metrics_exposition(setup) -> None:
     from prometheus_client import generate_latest
 
+    from crosszone.abi.reasons import Reason
     from crosszone.agent.metrics import FastPathCollector
-    from crosszone.fastpath.reasons import Reason
 
     store, ctl, _ = setup
     ctl.apply(CLUSTER.read_text())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from crosszone.control.store import Store, StoreUnavailable, open_store
+from crosszone.store.store import Store, StoreUnavailable, open_store
 from etcd_fixture import etcd_url  # noqa: F401  (fixture)
 
 
@@ -19,7 +19,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         s = open_store(f"sqlite://{tmp_path}/state.db")
     else:
         url = request.getfixturevalue("etcd_url")
-        from crosszone.control.etcd_store import EtcdStore
+        from crosszone.store.etcd_store import EtcdStore
 
         s = EtcdStore(url, root=f"/t{time.monotonic_ns()}/")
     yield s
@@ -69,7 +69,7 @@ def test_watch_ignores_other_prefixes(store: Store) -> None:
 
 
 def test_unreachable_etcd_is_store_unavailable() -> None:
-    from crosszone.control.etcd_store import EtcdStore
+    from crosszone.store.etcd_store import EtcdStore
 
     s = EtcdStore("http://127.0.0.1:9", timeout=0.5)
     with pytest.raises(StoreUnavailable):
@@ -104,7 +104,7 @@ def test_watch_replays_from_any_revision_and_changes_are_prompt(store: Store) ->
 
 
 def test_etcd_watch_keeps_one_stream(etcd_url: str) -> None:  # noqa: F811
-    from crosszone.control.etcd_store import EtcdStore
+    from crosszone.store.etcd_store import EtcdStore
 
     s = EtcdStore(etcd_url, root=f"/w{time.monotonic_ns()}/")
     try:

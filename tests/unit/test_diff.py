@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from crosszone.agent.desired import Ids, compile_gateway
 from crosszone.agent.reconcile import Reconciler
 from crosszone.compile.diff import DictSink, apply_to, count, diff, diff_entries
+from crosszone.compile.gateway import Ids, compile_gateway
 from crosszone.compile.tables import compile_intent
-from crosszone.control.objects import diff_objects, split_cluster
-from crosszone.control.store import Event
 from crosszone.fastpath import maps_io as mio
 from crosszone.intent.cluster import for_gateway, load_cluster, parse_cluster, to_document
+from crosszone.store.objects import diff_objects, split_cluster
+from crosszone.store.store import Event
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "examples" / "cluster.yaml"

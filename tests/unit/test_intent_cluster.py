@@ -195,8 +195,8 @@ def _compact_doc(extra: str = "") -> str:
 
 
 def test_compact_hosts_compile_like_verbose_ones() -> None:
-    from crosszone.agent.desired import compile_gateway
-    from crosszone.control.objects import join_objects, split_cluster
+    from crosszone.compile.gateway import compile_gateway
+    from crosszone.store.objects import join_objects, split_cluster
 
     verbose, compact = load_cluster(CLUSTER), parse_cluster(_compact_doc())
     assert len(verbose.hosts) == 2 and len(verbose.hosts_compact) == 1
@@ -260,7 +260,7 @@ def test_compact_hosts_collide_with_verbose_ones() -> None:
 def test_compact_hosts_at_scale_are_fast() -> None:
     import time
 
-    from crosszone.control.bench import synthetic
+    from crosszone.bench.control import synthetic
 
     text = synthetic(1000, 100_000)
     t0 = time.perf_counter()

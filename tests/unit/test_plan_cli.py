@@ -9,6 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from crosszone.bench.commands import register as register_bench
 from crosszone.plan.commands import register
 
 pytestmark = pytest.mark.unit
@@ -24,6 +25,7 @@ def app():
     bench = typer.Typer()
     app.add_typer(bench, name="bench")
     register(app, bench)
+    register_bench(app, bench)
     return app
 
 

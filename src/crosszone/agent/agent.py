@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crosszone.agent.desired import Ids
+from crosszone.abi.reasons import Reason
 from crosszone.agent.metrics import AgentMetrics, FastPathCollector
 from crosszone.agent.reconcile import Applied, Reconciler
 from crosszone.compile.diff import Sink
-from crosszone.control.objects import CORE
-from crosszone.control.store import INTENT, STATUS, Store, StoreUnavailable
-from crosszone.fastpath.reasons import Reason
+from crosszone.compile.gateway import Ids
+from crosszone.store.objects import CORE
+from crosszone.store.store import INTENT, STATUS, Store, StoreUnavailable
 
 
 @dataclass
@@ -140,7 +140,7 @@ class Agent:
             return None
         self.metrics.store_up.set(1)
         self.backoff.reset()
-        from crosszone.control.store import Event
+        from crosszone.store.store import Event
 
         res = self.rec.on_events([Event(e.revision, e.key[len(INTENT):], e.value)
                                   for e in events])
@@ -212,9 +212,9 @@ def ensure_attached(store: Store, gateway: str, pin_dir: Path, netns: str | None
     With reattach, the program is loaded and attached again even when pinned (an upgrade:
     the new program takes over the live maps). Returns whether a program was attached."""
     from crosszone.compile.tables import compile_intent
-    from crosszone.control.objects import join_objects
     from crosszone.fastpath import deploy
     from crosszone.intent.cluster import for_gateway
+    from crosszone.store.objects import join_objects
 
     if not reattach and (pin_dir / "maps").is_dir() and (pin_dir / "prog").exists():
         return False
@@ -246,7 +246,7 @@ def default_state_file(pin_dir: Path) -> Path:
 
 def ifindex_in(netns: str | None) -> Callable[[str], int]:
     """if_nametoindex inside a namespace."""
-    from crosszone.fastpath.netns import in_netns
+    from crosszone.linux.netns import in_netns
 
     def look(name: str) -> int:
         with in_netns(netns):

@@ -40,8 +40,8 @@ def agent_cmd(
         ifindex_in,
     )
     from crosszone.agent.sink import MapSink
-    from crosszone.control.store import open_store
     from crosszone.fastpath.deploy import pinned_maps
+    from crosszone.store.store import open_store
 
     pins = pin_dir or Path("/sys/fs/bpf/crosszone") / gateway
     st = open_store(store)

@@ -22,8 +22,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from crosszone.fastpath import layout
-from crosszone.fastpath.reasons import Reason
+from crosszone.abi import layout
+from crosszone.abi.reasons import Reason
 
 CAPACITY = {"routes4": layout.CZ_MAX_ROUTES4, "routes6": layout.CZ_MAX_ROUTES6,
             "hosts": layout.CZ_MAX_HOSTS, "vtep_allowed": layout.CZ_MAX_VTEPS,

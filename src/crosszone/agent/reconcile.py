@@ -21,13 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from crosszone.agent.desired import Desired, Ids, compile_gateway, route_delta
 from crosszone.compile.diff import Entries, MapOp, Sink, apply_to, count, diff_entries
-from crosszone.control.objects import POOL, concat, join_objects, parse_chunk
-from crosszone.control.store import Event
+from crosszone.compile.gateway import Desired, Ids, compile_gateway, route_delta
 from crosszone.intent.errors import InvalidIntentError
 from crosszone.intent.prefixes import PrefixSet
 from crosszone.intent.schema_v2 import Cluster
+from crosszone.store.objects import POOL, concat, join_objects, parse_chunk
+from crosszone.store.store import Event
 
 
 @dataclass(frozen=True)

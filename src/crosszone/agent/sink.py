@@ -17,7 +17,7 @@ import numpy as np
 
 from crosszone.compile.diff import ARRAY_MAPS, MAP_ORDER, Entries, MapOp, split
 from crosszone.fastpath.maps_io import GatewayMaps
-from crosszone.fastpath.netns import in_netns
+from crosszone.linux.netns import in_netns
 
 #: Maps whose values are ifindexes the kernel resolves in the writer's namespace.
 DEVMAPS = frozenset({"tx_ports"})

@@ -28,8 +28,8 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from crosszone.abi import layout as L
 from crosszone.compile.tables import HostEntry, Tables
-from crosszone.fastpath import layout as L
 from crosszone.fastpath import maps_io as mio
 from crosszone.intent.hosts import HostSet
 

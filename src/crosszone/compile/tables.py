@@ -2,7 +2,7 @@
 
 The result, `Tables`, is the one description of the data plane's state. The BPF map writer
 (`crosszone.fastpath.maps_io`) encodes it into the maps; the reference model
-(`crosszone.fastpath.model`) executes it directly. Same tables in, same packets out.
+(`crosszone.fastpath.testing.model`) executes it directly. Same tables in, same packets out.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
+from crosszone.abi import layout
 from crosszone.compile.ecmp import rendezvous_buckets
-from crosszone.fastpath import layout
 from crosszone.intent.schema import Intent
 from crosszone.intent.validate import vpc_routes
 

@@ -20,8 +20,8 @@ from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from pydantic import BaseModel
 
 from crosszone.control.service import Controller
-from crosszone.control.store import StoreUnavailable
 from crosszone.intent.errors import InvalidIntentError
+from crosszone.store.store import StoreUnavailable
 
 
 class PrefixChange(BaseModel):

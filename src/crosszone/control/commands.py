@@ -30,7 +30,7 @@ def controller_cmd(
 
     from crosszone.control.api import create_app
     from crosszone.control.service import Controller
-    from crosszone.control.store import open_store
+    from crosszone.store.store import open_store
 
     if not token:
         _fail("a token is required (--token or CROSSZONE_TOKEN)")
@@ -114,10 +114,7 @@ def status_cmd(
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    """Add controller, apply and status (and `bench control`)."""
+    """Add controller, apply and status."""
     app.command("controller")(controller_cmd)
     app.command("apply")(apply_cmd)
     app.command("status")(status_cmd)
-    from crosszone.control.bench import register_bench
-
-    register_bench(bench_app)

@@ -15,9 +15,16 @@ from typing import Any
 
 import numpy as np
 
-from crosszone.agent.desired import compile_gateway
 from crosszone.compile.diff import diff_entries
-from crosszone.control.objects import (
+from crosszone.compile.gateway import compile_gateway
+from crosszone.intent.cluster import parse_cluster, to_document
+from crosszone.intent.cluster_checks import check_cluster
+from crosszone.intent.errors import InvalidIntentError
+from crosszone.intent.hosts import HostSet
+from crosszone.intent.prefixes import PrefixError, PrefixSet, member_sorted, parse_block
+from crosszone.intent.schema_v2 import Cluster
+from crosszone.intent.validate import IntentProblem, as_error
+from crosszone.store.objects import (
     POOL,
     chunk_of4,
     chunk_of6,
@@ -28,14 +35,7 @@ from crosszone.control.objects import (
     split_cluster,
     split_pool,
 )
-from crosszone.control.store import INTENT, STATUS, Store
-from crosszone.intent.cluster import parse_cluster, to_document
-from crosszone.intent.cluster_checks import check_cluster
-from crosszone.intent.errors import InvalidIntentError
-from crosszone.intent.hosts import HostSet
-from crosszone.intent.prefixes import PrefixError, PrefixSet, member_sorted, parse_block
-from crosszone.intent.schema_v2 import Cluster
-from crosszone.intent.validate import IntentProblem, as_error
+from crosszone.store.store import INTENT, STATUS, Store
 
 
 @dataclass(frozen=True)

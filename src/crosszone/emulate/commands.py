@@ -126,26 +126,6 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             console.print(f"[red]switch failed:[/red] {exc}")
             raise typer.Exit(1) from None
 
-    @bench_app.command("forward")
-    def bench_forward(
-            as_json: bool = typer.Option(True, "--json/--no-json",
-                                         help="JSON lines (the only output format)."),
-            seconds: float = typer.Option(2.0, "--seconds", min=0.5, max=60.0,
-                                          help="measured time per row and round"),
-            rounds: int = typer.Option(3, "--rounds", min=1, max=20,
-                                       help="interleaved rounds of every row (medians)"),
-            cpu: int = typer.Option(-1, "--cpu", help="CPU to pin to (default: the last)"),
-    ) -> None:
-        """MTU-size VXLAN through one legacy, one crosszone and one floor gateway (same
-        generator): pps, Gbps, CPU ns per forwarded packet, corrupted/misrouted counts."""
-        from crosszone.emulate.bench_forward import run_bench, teardown
-
-        _need_root()
-        try:
-            run_bench(seconds=seconds, cpu=None if cpu < 0 else cpu, rounds=rounds)
-        finally:
-            teardown()
-
     @workload.command("run")
     def run(duration: float = typer.Option(15.0, "--duration", min=1.0, max=600.0),
             as_json: bool = typer.Option(False, "--json"),

@@ -23,10 +23,12 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from crosszone.abi.objects import ROOT
+
 PREFIX = "czemu-"
 RUN_DIR = Path("/run/crosszone-emulate")
 PIN_ROOT = Path("/sys/fs/bpf/czemu")
-DEFAULT_TOPOLOGY = Path(__file__).resolve().parents[3] / "examples" / "two-zone.yaml"
+DEFAULT_TOPOLOGY = ROOT / "examples" / "two-zone.yaml"
 
 COMPUTE_ROUTER_AS = 65001
 STORAGE_ROUTER_AS = 65002

@@ -38,7 +38,7 @@ def run_cmd(
     ),
 ) -> None:
     """Run every packet of a pcap through the real program with an intent's tables."""
-    from crosszone.fastpath.pcap_run import run_pcap
+    from crosszone.fastpath.testing.pcap_run import run_pcap
 
     try:
         rows = run_pcap(intent, pcap, out, ingress=ingress or None, use_model=model)
@@ -132,8 +132,5 @@ def stats_cmd(
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    """Add the fastpath group and the fastpath benchmark."""
+    """Add the fastpath group."""
     app.add_typer(fastpath_app, name="fastpath")
-    from crosszone.fastpath.bench import bench_fastpath
-
-    bench_app.command("fastpath")(bench_fastpath)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pyroute2 import IPRoute
 
+from crosszone.abi.objects import BUILD_DIR
 from crosszone.compile.tables import Tables, compile_intent
 from crosszone.fastpath.libbpf import (
     BpfMap,
@@ -28,14 +29,14 @@ from crosszone.fastpath.libbpf import (
     xdp_query_prog_id,
 )
 from crosszone.fastpath.maps_io import GatewayMaps, bind_ports
-from crosszone.fastpath.netns import in_netns, named_netns
 from crosszone.intent.loader import load_intent
+from crosszone.linux.netns import in_netns, named_netns
 
 STATE_DIR = Path("/run/crosszone/fastpath")
 
 
 def _build_dir() -> Path:
-    return Path(__file__).resolve().parents[3] / "build"
+    return BUILD_DIR
 
 
 def _state_file(pin_dir: Path) -> Path:

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from crosszone.abi import layout as L
+from crosszone.abi.reasons import Reason
 from crosszone.compile.tables import (
     Group,
     HostEntry,
@@ -25,9 +27,7 @@ from crosszone.compile.tables import (
     Tables,
     Vpc,
 )
-from crosszone.fastpath import layout as L
 from crosszone.fastpath.libbpf import BpfMap, BpfObject
-from crosszone.fastpath.reasons import Reason
 from crosszone.fastpath.slot_table import SlotMap, wrap
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from crosszone.fastpath import layout as L
+from crosszone.abi import layout as L
 from crosszone.fastpath.bpf_map import BpfMap
 from crosszone.fastpath.libbpf_abi import BpfError
 

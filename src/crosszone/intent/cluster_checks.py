@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from crosszone.fastpath import layout
+from crosszone.abi import layout
 from crosszone.intent.prefixes import PrefixSet, duplicates4, overlaps4
 from crosszone.intent.schema_v2 import Cluster, GatewayV2
 from crosszone.intent.validate import IntentProblem, Loc, _by_family, _unique, format_loc

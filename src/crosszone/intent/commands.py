@@ -1,9 +1,4 @@
-"""`crosszone check FILE`, `crosszone intent migrate FILE`; registers the control-plane commands.
-
-The CLI lists this module among its command modules; the controller, apply, status and agent
-commands live with their planes (`crosszone.control.commands`, `crosszone.agent.commands`) and are
-registered from here so that cli.py stays unchanged.
-"""
+"""`crosszone check FILE` and `crosszone intent migrate FILE`."""
 
 from __future__ import annotations
 
@@ -61,14 +56,6 @@ def migrate_cmd(file: Path = typer.Argument(..., help="A version-1 intent file."
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    """Add check and intent, then the controller's and the agent's commands."""
+    """Add check and intent."""
     app.command("check")(check_cmd)
     app.add_typer(intent_app, name="intent")
-    for name in ("crosszone.control.commands", "crosszone.agent.commands"):
-        try:
-            mod = __import__(name, fromlist=["register"])
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue
-        mod.register(app, bench_app)

@@ -10,7 +10,7 @@ import ipaddress
 from collections.abc import Iterable
 from typing import Any
 
-from crosszone.fastpath import layout
+from crosszone.abi import layout
 from crosszone.intent.errors import InvalidIntentError
 from crosszone.intent.schema import Intent, Vpc
 

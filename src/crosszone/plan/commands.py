@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -20,12 +19,11 @@ from rich.table import Table
 
 from crosszone.plan.capacity import DEFAULT_HEADROOM, CapacityPlan, parse_packet_mix, plan_capacity
 from crosszone.plan.catalog import Catalog, apply_fastpath_bench, load_catalog, read_fastpath_bench
-from crosszone.plan.fluid import SimulationResult, simulate, simulate_tier
-from crosszone.plan.scenario import cluster_scale_mapping, load_scenario, scenario_from_mapping
+from crosszone.plan.fluid import SimulationResult, simulate
+from crosszone.plan.scenario import load_scenario
 from crosszone.plan.table_fit import PlatformFit, TableCounts, counts_from_intent, fit_tables
 from crosszone.plan.units import (
     PlanInputError,
-    parse_duration_s,
     parse_rate_gbps,
     parse_redundancy,
     parse_share,
@@ -356,45 +354,3 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             )
             console.print(table)
             console.print(json.dumps(mix.to_json()), markup=False, highlight=False)
-
-    @bench_app.command("simulate")
-    def bench_simulate(
-        servers: Annotated[int, typer.Option(help="GPU servers.")] = 10000,
-        duration: Annotated[str, typer.Option(help="Simulated time.")] = "1h",
-        as_json: Annotated[
-            bool, typer.Option("--json", help="Print JSON lines (one per tier).")
-        ] = False,
-    ) -> None:
-        """Time the fluid simulation at cluster scale: one line per tier (x86, Tofino-class).
-
-        Each tier is its own simulation of `servers` servers over `duration`, timed by wall clock
-        and by the process's CPU time (which the machine's other load does not inflate).
-        """
-
-        def action() -> None:
-            if servers <= 0:
-                raise PlanInputError("--servers", "", f"must be positive, got {servers}")
-            parse_duration_s(duration, "--duration")
-            parsed = scenario_from_mapping(cluster_scale_mapping(servers, duration), "bench")
-            simulated = parsed.duration
-            for tier in parsed.tiers:
-                wall_start, cpu_start = time.perf_counter(), time.process_time()
-                result = simulate_tier(parsed, tier, parsed.seed)
-                wall = time.perf_counter() - wall_start
-                cpu = time.process_time() - cpu_start
-                line = {
-                    "servers": servers,
-                    "simulated_s": int(simulated) if simulated.is_integer() else simulated,
-                    "tier": f"{tier.name} x {tier.devices}",
-                    "wall_s": round(wall, 3),
-                    "cpu_s": round(cpu, 3),
-                    "flows": result.streams,
-                    "flows_per_wall_s": round(result.streams / wall) if wall > 0 else None,
-                    "python": sys.version.split()[0],
-                }
-                if as_json:
-                    print(json.dumps(line), flush=True)
-                else:
-                    _console().print(line)
-
-        _run(action)

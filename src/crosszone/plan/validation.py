@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from crosszone.fastpath.netns import in_netns
+from crosszone.linux.netns import in_netns
 from crosszone.plan.fluid import processor_sharing_finish
 
 __all__ = [

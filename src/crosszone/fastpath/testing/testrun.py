@@ -11,12 +11,13 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from crosszone.abi import layout
+from crosszone.abi.objects import object_path
+from crosszone.abi.reasons import Reason, XdpAction
 from crosszone.compile.tables import Port, Tables
-from crosszone.fastpath import layout
 from crosszone.fastpath.libbpf import BpfObject, xdp_ctx
 from crosszone.fastpath.maps_io import GatewayMaps, bind_ports
-from crosszone.fastpath.model import Result
-from crosszone.fastpath.reasons import Reason, XdpAction
+from crosszone.fastpath.testing.model import Result
 
 LOOPBACK_IFINDEX = 1
 FAKE_IFINDEX_BASE = 1000
@@ -24,8 +25,7 @@ FAKE_IFINDEX_BASE = 1000
 
 def default_object() -> Path:
     """The gateway object built by `make build`."""
-    root = Path(__file__).resolve().parents[3]
-    for cand in (root / "build" / "xdp_gateway.o", Path.cwd() / "build" / "xdp_gateway.o"):
+    for cand in (object_path("xdp_gateway"), Path.cwd() / "build" / "xdp_gateway.o"):
         if cand.exists():
             return cand
     raise FileNotFoundError("build/xdp_gateway.o not found: run `make build` first")

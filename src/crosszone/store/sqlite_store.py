@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from crosszone.control.store import Event, Store, StoreUnavailable
+from crosszone.store.store import Event, Store, StoreUnavailable
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL, rev INTEGER NOT NULL);

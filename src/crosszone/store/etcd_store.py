@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from crosszone.control.store import Event, Store, StoreUnavailable
+from crosszone.store.store import Event, Store, StoreUnavailable
 
 
 def _b64(data: bytes | str) -> str:

@@ -37,25 +37,24 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import typer
 
+from crosszone.abi import layout as L
+from crosszone.abi.objects import BUILD_DIR
+from crosszone.abi.reasons import Reason
 from crosszone.compile.tables import Group, HostEntry, Nexthop, Port, StorageFacing, Tables, Vpc
-from crosszone.fastpath import layout as L
 from crosszone.fastpath.libbpf import BPF_F_TEST_XDP_LIVE_FRAMES, BpfObject, xdp_ctx
 from crosszone.fastpath.maps_io import GatewayMaps, RouteArrays, encode_host
-from crosszone.fastpath.reasons import Reason
 
 LOOPBACK = 1  # test runs claim frames arrive on lo; the port is lo too, so forwarding is XDP_TX
 LIVE_BATCH = 64  # frames per live-frames batch (the kernel's default)
 #: (mode label, object name suffix, live frames): live frames first, the headline figures.
 MODES = (("live_frames", "_live", True), ("test_run_restore_harness", "", False))
-BUILD = Path(__file__).resolve().parents[3] / "build"
+BUILD = BUILD_DIR
 PACKET_BYTES = 1514
 VNI = 100
 HOST_VTEP = "10.1.0.1"
@@ -406,26 +405,3 @@ def run_bench(
         floor.close()
         raw_floor.close()
     return results
-
-
-def bench_fastpath(
-    as_json: bool = typer.Option(True, "--json/--no-json", help="JSON lines (the only format)."),
-    routes: int = typer.Option(1_000_000, help="Routes per family."),
-    hosts: int = typer.Option(100_000, help="Hosts for the return scenario."),
-    repeat: int = typer.Option(300_000, help="Iterations per measurement."),
-    rounds: int = typer.Option(15, help="Interleaved rounds per scenario (median, best reported)."),
-) -> None:
-    """Per-packet cost of the fast path vs a MAC-swap floor and an LPM-trie baseline (JSON)."""
-    if os.geteuid() != 0:
-        Console = __import__("rich.console", fromlist=["Console"]).Console
-        Console(stderr=True).print(
-            "[red]error:[/red] the benchmark loads BPF programs: run as root"
-        )
-        raise typer.Exit(2)
-    run_bench(
-        routes,
-        hosts,
-        repeat,
-        rounds,
-        emit=lambda s: (sys.stdout.write(s + "\n"), sys.stdout.flush()),
-    )

@@ -5,7 +5,7 @@ syscall), the per-entry ctypes loop that update_batch falls back to, and the bas
 BpfMap.update() call per entry, each measured in this run on a fresh map, with the ratio to the
 baseline. Keys are 12 bytes (a flow key), values 8 bytes. Needs root.
 
-    .venv/bin/python bench/bench_map_update.py [--entries N]
+    .venv/bin/python -m crosszone.bench.map_update [--entries N]
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ Needs root (BPF).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -22,7 +21,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-import typer
+
+from crosszone.abi.objects import object_path
 
 
 def synthetic(routes: int, hosts: int, vpcs: int = 4, compact_hosts: bool = True) -> str:
@@ -92,15 +92,15 @@ def run(store_kind: str, routes: int, hosts: int, changes: int, compact_hosts: b
     import uvicorn
 
     from crosszone.agent.agent import Agent
-    from crosszone.agent.desired import compile_gateway
     from crosszone.agent.sink import MapSink
+    from crosszone.compile.gateway import compile_gateway
     from crosszone.control.api import create_app
     from crosszone.control.client import Client
     from crosszone.control.service import Controller
-    from crosszone.control.store import open_store
     from crosszone.fastpath.libbpf import BpfObject
     from crosszone.fastpath.maps_io import GatewayMaps
     from crosszone.intent.cluster import parse_cluster
+    from crosszone.store.store import open_store
 
     text = synthetic(routes, hosts, compact_hosts=compact_hosts)
     t0 = time.perf_counter()
@@ -128,7 +128,7 @@ def run(store_kind: str, routes: int, hosts: int, changes: int, compact_hosts: b
         client = Client(f"http://127.0.0.1:{port}", "t", timeout=600)
         client.apply(text)
 
-        obj = BpfObject.open(Path(__file__).resolve().parents[3] / "build" / "xdp_gateway.o",
+        obj = BpfObject.open(object_path("xdp_gateway"),
                              pin_maps_dir=pins)
         maps = GatewayMaps.of(obj)
         sink = MapSink(maps)
@@ -193,21 +193,3 @@ def run(store_kind: str, routes: int, hosts: int, changes: int, compact_hosts: b
             proc.wait(10)
         shutil.rmtree(pins, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def register_bench(bench_app: typer.Typer) -> None:
-    """Add `crosszone bench control`."""
-
-    @bench_app.command("control")
-    def control_cmd(
-        as_json: bool = typer.Option(True, "--json", help="JSON lines (the only format)."),
-        routes: int = typer.Option(1_000_000, "--routes"),
-        hosts: int = typer.Option(100_000, "--hosts"),
-        changes: int = typer.Option(200, "--changes"),
-        stores: str = typer.Option("sqlite,etcd", "--stores"),
-        verbose_hosts: bool = typer.Option(False, "--verbose-hosts",
-                                           help="Hosts as YAML mappings, not hosts_compact."),
-    ) -> None:
-        """Validate+compile, program, restart and single-change latency for each store."""
-        for kind in stores.split(","):
-            print(json.dumps(run(kind, routes, hosts, changes, not verbose_hosts)), flush=True)

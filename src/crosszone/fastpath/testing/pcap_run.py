@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from crosszone.compile.tables import compile_intent
-from crosszone.fastpath import model as ref
 from crosszone.fastpath.maps_io import bind_ports
-from crosszone.fastpath.testrun import LOOPBACK_IFINDEX, TestRunner, test_ifindexes
+from crosszone.fastpath.testing import model as ref
+from crosszone.fastpath.testing.testrun import LOOPBACK_IFINDEX, TestRunner, test_ifindexes
 from crosszone.intent.loader import load_intent
 
 

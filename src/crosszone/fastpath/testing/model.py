@@ -11,9 +11,9 @@ import ipaddress
 import struct
 from dataclasses import dataclass
 
+from crosszone.abi import layout
+from crosszone.abi.reasons import Reason, XdpAction
 from crosszone.compile.tables import HostEntry, Nexthop, Port, Route, StorageFacing, Tables, Vpc
-from crosszone.fastpath import layout
-from crosszone.fastpath.reasons import Reason, XdpAction
 
 ETH_P_IP = 0x0800
 ETH_P_IPV6 = 0x86DD

@@ -4,7 +4,7 @@ The store is a revisioned key-value map. Every write is one transaction that get
 strictly increasing; `watch` returns the events after a revision in revision order, so an agent
 that records the last revision it applied can resume exactly where it stopped.
 
-Keys under `intent/` hold the desired state (see `crosszone.control.objects`); keys under
+Keys under `intent/` hold the desired state (see `crosszone.store.objects`); keys under
 `status/` hold what each agent reports. URLs: `sqlite:///path/file.db` (the default: nothing to
 run) and `etcd://host:port` (a cluster).
 """
@@ -67,11 +67,11 @@ class Store(ABC):
 def open_store(url: str) -> Store:
     """A store from its URL: sqlite:///path.db or etcd://host:port."""
     if url.startswith("sqlite://"):
-        from crosszone.control.sqlite_store import SqliteStore
+        from crosszone.store.sqlite_store import SqliteStore
 
         return SqliteStore(url.removeprefix("sqlite://"))
     if url.startswith("etcd://"):
-        from crosszone.control.etcd_store import EtcdStore
+        from crosszone.store.etcd_store import EtcdStore
 
         return EtcdStore("http://" + url.removeprefix("etcd://"))
     raise ValueError(f"unknown store URL {url!r} (sqlite:///path.db or etcd://host:port)")

@@ -42,12 +42,13 @@ from typing import Any
 
 import yaml
 
-from crosszone.emulate import bench_bpf
+from crosszone.abi.objects import BUILD_DIR
+from crosszone.bench import forward_bpf as bench_bpf
 from crosszone.emulate.crosszone_gateway import crosszone_bin
 
 GEN, GW, SINK = "czbench-gen", "czbench-gw", "czbench-sink"
 PIN = Path("/sys/fs/bpf/czbench")
-BUILD = Path(__file__).resolve().parents[3] / "build"
+BUILD = BUILD_DIR
 MAC = {"g0": "02:b0:00:00:00:01", "c0": "02:b0:00:00:00:02",
        "s0": "02:b0:00:00:01:02", "r0": "02:b0:00:00:01:01",
        "host": "02:b0:00:00:0a:01", "router": "02:b0:00:00:0a:fe"}
@@ -187,7 +188,7 @@ def teardown() -> None:
 def bench_path(kind: str, objs: dict[str, Path]) -> Iterator[dict[str, Any]]:
     """Build the path for one row; yields the sink's counter map and the generator's ifindex."""
     from crosszone.fastpath.libbpf import BpfObject, xdp_attach
-    from crosszone.fastpath.netns import in_netns
+    from crosszone.linux.netns import in_netns
 
     teardown()
     for ns in (GEN, GW, SINK):
@@ -278,7 +279,7 @@ def run_row(kind: str, objs: dict[str, Path], seconds: float, cpu: int,
             frame: bytes) -> dict[str, Any]:
     """Measure one row: forwarded pps at the sink, busy ns of the pinned CPU per packet."""
     from crosszone.fastpath.libbpf import BPF_F_TEST_XDP_LIVE_FRAMES, BpfObject, xdp_ctx
-    from crosszone.fastpath.netns import in_netns
+    from crosszone.linux.netns import in_netns
 
     gen = BpfObject.open(objs["gen"])
     prog = gen.program("cz_bench_gen")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from crosszone.abi import layout
 from crosszone.compile.diff import (
     Entries,
     encode_host_set,
@@ -27,7 +28,6 @@ from crosszone.compile.diff import (
     encode_tables,
 )
 from crosszone.compile.tables import Tables, Vpc, compile_intent
-from crosszone.fastpath import layout
 from crosszone.fastpath import maps_io as mio
 from crosszone.intent.cluster import for_gateway
 from crosszone.intent.prefixes import PrefixSet

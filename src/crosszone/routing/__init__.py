@@ -1,1 +1,0 @@
-"""crosszone.routing package."""

@@ -17,6 +17,8 @@ BPF_OBJS := $(BUILD)/xdp_gateway.o $(BUILD)/xdp_gateway_lpm.o $(BUILD)/xdp_floor
 BENCH_BASE := bench_gateway bench_gateway_lpm bench_gateway_spread bench_gateway_lpm_spread bench_floor \
               bench_floor_decap bench_floor_decap_lpm
 BENCH_OBJS := $(BENCH_BASE:%=$(BUILD)/%.o) $(BENCH_BASE:%=$(BUILD)/%_live.o)
+# `crosszone bench forward`: its generator, validating sink and floor forward (bpf/bench_forward_*.c).
+BENCH_OBJS += $(BUILD)/bench_forward_gen.o $(BUILD)/bench_forward_sink.o $(BUILD)/bench_forward_floor.o
 
 .PHONY: setup apt venv build test test-unit demo bench clean
 

@@ -5,7 +5,7 @@ Path, rebuilt for every row so that rows share nothing:
     czbench-gen  g0 ==veth==  c0  czbench-gw  s0 ==veth==  r0  czbench-sink
 
 - Generator: BPF_PROG_TEST_RUN in live-frames mode (batch 64) of a cz_floor-like XDP_TX program
-  (bench_bpf.GEN_C: it rewrites the headers, then XDP_TX) with ingress g0: every iteration
+  (bpf/bench_forward_gen.c: it rewrites the headers, then XDP_TX) with ingress g0: every iteration
   transmits the original frame out of g0 into the gateway's c0. The process is pinned to one
   CPU; the veth hands frames on in softirq on that CPU, so the generator, the gateway and the
   sink all run on it, and its busy time per forwarded packet (/proc/stat) is the cost of one
@@ -13,8 +13,8 @@ Path, rebuilt for every row so that rows share nothing:
 - Gateway: legacy (VXLAN device + nftables translation + routing, as in the emulator), crosszone
   (`crosszone fastpath attach` with an intent for this path) or floor (strip 50 bytes, rewrite
   MACs, redirect: nothing forwards for less on this path).
-- Sink: an XDP program on r0 (bench_bpf.py) that validates and counts good, corrupted and
-  misrouted frames.
+- Sink: an XDP program on r0 (bpf/bench_forward_sink.c) that validates and counts good,
+  corrupted and misrouted frames. The three programs are built by `make build`.
 - Generator's own rate: the same generator into a c0 that runs XDP_DROP.
 - Rounds: every row is measured once per round, rounds interleaved; each kind's line is its
   median round, and the summary's ratios are medians of per-round ratios (listed in `*_rounds`).
@@ -42,8 +42,7 @@ from typing import Any
 
 import yaml
 
-from crosszone.abi.objects import BUILD_DIR
-from crosszone.bench import forward_bpf as bench_bpf
+from crosszone.abi.objects import BUILD_DIR, object_path
 from crosszone.emulate.crosszone_gateway import crosszone_bin
 
 GEN, GW, SINK = "czbench-gen", "czbench-gw", "czbench-sink"
@@ -57,6 +56,13 @@ INNER_SRC, FACING_SRC, STORAGE_DST = "192.168.1.10", "100.64.1.10", "172.16.0.11
 UDP_DPORT = 9
 FRAME_BYTES = 1514  # outer Ethernet frame (no FCS): outer IPv4 packet of 1500 bytes
 CHUNK = 50_000
+# The sink's counters (bpf/bench_forward_sink.c): good, corrupted, misrouted, other.
+COUNT_GOOD, COUNT_CORRUPTED, COUNT_MISROUTED, COUNT_OTHER = range(4)
+PAYLOAD_MAGIC = 0xC2A5F00D  # payload word k is PAYLOAD_MAGIC ^ k, as the sink checks
+GEN_HEADER_BYTES = 96  # struct hdr of bpf/bench_forward_gen.c: rewritten on every run
+# name in this module -> object built by `make build` from bpf/bench_forward_NAME.c
+BENCH_PROGRAMS = {"gen": "bench_forward_gen", "sink": "bench_forward_sink",
+                  "floor_fwd": "bench_forward_floor"}
 
 
 def _ip(*argv: str, check: bool = True) -> None:
@@ -104,7 +110,7 @@ def bench_frame(frame_bytes: int = FRAME_BYTES) -> bytes:
     0 (RFC 7348, and what Linux VTEPs send), inner UDP with a full checksum and a pattern."""
     inner_ip_len = frame_bytes - 14 - 50
     n = inner_ip_len - 28
-    words = b"".join(struct.pack("!I", bench_bpf.PAYLOAD_MAGIC ^ k) for k in range(n // 4 + 1))
+    words = b"".join(struct.pack("!I", PAYLOAD_MAGIC ^ k) for k in range(n // 4 + 1))
     inner = (_mac_bytes(MAC["router"]) + _mac_bytes(MAC["host"]) + b"\x08\x00"
              + _ipv4(INNER_SRC, STORAGE_DST, 17,
                      _udp(INNER_SRC, STORAGE_DST, 40000, UDP_DPORT, words[:n])))
@@ -267,6 +273,15 @@ def _legacy(objs: dict[str, Path]) -> None:
     _in(GW, "ethtool", "-K", "c0", "gro", "on")
 
 
+def bench_objects() -> dict[str, Path]:
+    """The generator, sink and floor-forward objects that `make build` put in build/."""
+    objs = {name: object_path(obj) for name, obj in BENCH_PROGRAMS.items()}
+    missing = [str(p) for p in objs.values() if not p.exists()]
+    if missing:
+        raise RuntimeError(f"missing {', '.join(missing)}: run `make build`")
+    return objs
+
+
 def _sum_counts(counts: Any) -> list[int]:
     out = []
     for k in range(4):
@@ -283,7 +298,7 @@ def run_row(kind: str, objs: dict[str, Path], seconds: float, cpu: int,
 
     gen = BpfObject.open(objs["gen"])
     prog = gen.program("cz_bench_gen")
-    gen.map("gen_hdr").update(struct.pack("<I", 0), frame[:bench_bpf.GEN_HEADER_BYTES])
+    gen.map("gen_hdr").update(struct.pack("<I", 0), frame[:GEN_HEADER_BYTES])
     try:
         with bench_path(kind, objs) as path:
             ctx = xdp_ctx(path["g0"])
@@ -345,25 +360,24 @@ def run_bench(seconds: float = 2.0, cpu: int | None = None,
     os.sched_setaffinity(0, {cpu})
     frame = bench_frame()
     per: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
-    with tempfile.TemporaryDirectory(prefix="czbench-bpf-") as d:
-        objs = bench_bpf.compile_programs(Path(d))
-        for _ in range(rounds):
-            gen_ns = None
-            for kind in kinds:
-                row = run_row(kind, objs, seconds, cpu, frame)
-                if kind == "generator":
-                    gen_ns = row["cpu_ns_per_pkt"]
-                elif gen_ns is not None and row["cpu_ns_per_pkt"] is not None:
-                    # What the row costs beyond generating a frame and dropping it at c0: the
-                    # gateway's own CPU per packet, and so what one core given only to the
-                    # gateway forwards (the generator shares the measured CPU; a real gateway
-                    # core does not).
-                    row["gateway_ns_per_pkt"] = round(row["cpu_ns_per_pkt"] - gen_ns, 1)
-                    if row["gateway_ns_per_pkt"] > 0:
-                        row["gateway_core_mpps"] = round(1e3 / row["gateway_ns_per_pkt"], 3)
-                        row["gateway_core_gbps"] = round(
-                            len(frame) * 8 / row["gateway_ns_per_pkt"], 3)
-                per[kind].append(row)
+    objs = bench_objects()
+    for _ in range(rounds):
+        gen_ns = None
+        for kind in kinds:
+            row = run_row(kind, objs, seconds, cpu, frame)
+            if kind == "generator":
+                gen_ns = row["cpu_ns_per_pkt"]
+            elif gen_ns is not None and row["cpu_ns_per_pkt"] is not None:
+                # What the row costs beyond generating a frame and dropping it at c0: the
+                # gateway's own CPU per packet, and so what one core given only to the
+                # gateway forwards (the generator shares the measured CPU; a real gateway
+                # core does not).
+                row["gateway_ns_per_pkt"] = round(row["cpu_ns_per_pkt"] - gen_ns, 1)
+                if row["gateway_ns_per_pkt"] > 0:
+                    row["gateway_core_mpps"] = round(1e3 / row["gateway_ns_per_pkt"], 3)
+                    row["gateway_core_gbps"] = round(
+                        len(frame) * 8 / row["gateway_ns_per_pkt"], 3)
+            per[kind].append(row)
     rows = []
     for kind in kinds:
         runs = per[kind]

@@ -1,6 +1,6 @@
 """Gateway tier sizing: how many devices of each platform carry a peak demand, and what they cost.
 
-The rule is the one ARCHITECTURE.md states for x86 gateways and applies to every platform:
+The rule is the one docs/architecture.md states for x86 gateways and applies to every platform:
 
     devices = ceil(demand x (1 + headroom) / capacity per device) + spares
 
@@ -33,7 +33,7 @@ __all__ = [
     "plan_platform",
 ]
 
-# ARCHITECTURE.md: devices = ceil(demand / 50 Gbps x 1.1), i.e. 10 % headroom.
+# docs/architecture.md: devices = ceil(demand / 50 Gbps x 1.1), i.e. 10 % headroom.
 DEFAULT_HEADROOM = 0.10
 
 # Preamble (8 B) plus minimum inter-frame gap (12 B): wire bytes a port spends per frame beyond the

@@ -4,7 +4,8 @@ A deployment of its own (1 host, 1 crosszone + 1 legacy gateway, 1 storage node)
 `underlay_mtu: 9000`: compute-zone links at 9000, VPCs and the storage zone at 8950. On veth a
 frame that large does not fit in one page, so XDP sees it as a multi-buffer frame; the fast
 path's program is frags-aware (`xdp.frags`), which is also what lets it attach at this MTU
-(KERNEL-NOTES: a plain XDP program is refused when the peer MTU is 9000).
+(on Linux 6.18 a plain XDP program is refused when the peer MTU is 9000: "veth: Peer MTU is too
+large to set XDP").
 
 The probe sends UDP datagrams whose IP packet is exactly the inner MTU (8950 bytes) with DF set,
 so nothing may fragment them anywhere, and the storage node echoes them back: both directions

@@ -19,7 +19,7 @@ with a message that points here; the ND frames are documented in docs/emulate.md
 2. Inner IPv6 neighbour discovery that reaches a gateway through the tunnel is dropped, with a
    reason that names something else: a router solicitation (fe80:: -> ff02::2) from a GPU host's
    vSwitch counts as `drop_src_not_in_vpc`, a neighbour solicitation for the VPC router's
-   address (from a VPC address) as `drop_route_miss`. ARCHITECTURE.md says ARP/ND is not the
+   address (from a VPC address) as `drop_route_miss`. docs/architecture.md says ARP/ND is not the
    fast path's and goes to the kernel (XDP_PASS). The reference model agrees with the program,
    so this is the pipeline's rule, not a kernel-vs-model drift. These frames were the
    "2643 crosszone drops" of the first demo; the emulated vSwitch no longer tunnels them
@@ -141,7 +141,7 @@ wrpcap({pcap!r}, [rs, ns])
 def test_inner_neighbour_discovery_goes_to_the_kernel(tmp_path: Path) -> None:
     """A VXLAN frame from a valid host VTEP and VNI carrying an ICMPv6 router solicitation
     (fe80:: -> ff02::2) or a neighbour solicitation for the VPC router: a pass reason, not a
-    drop (ARCHITECTURE.md: ARP/ND go to the kernel)."""
+    drop (docs/architecture.md: ARP/ND go to the kernel)."""
     intent, pcap, out = tmp_path / "intent.yaml", tmp_path / "in.pcap", tmp_path / "out.pcap"
     subprocess.run([sys.executable, "-c", ND_FRAMES.format(intent=str(intent), pcap=str(pcap))],
                    check=True, capture_output=True, timeout=120)

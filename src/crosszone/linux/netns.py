@@ -1,7 +1,7 @@
 """Enter a named network namespace (network only) for the calling thread.
 
 `ip netns exec` also unshares the mount namespace and remounts /sys, which hides the root bpffs
-where the gateway's maps are pinned (KERNEL-NOTES). setns(CLONE_NEWNET) alone keeps the root
+where the gateway's maps are pinned (seen on Linux 6.18). setns(CLONE_NEWNET) alone keeps the root
 mounts, so pins made here outlive the process and any tool can find them.
 """
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from crosszone.emulate import crosszone_gateway as xgw
-from crosszone.emulate import deploy, netns, topology
+from crosszone.emulate import deploy, topology
+from crosszone.linux import netns
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "examples" / "emulate-small.yaml"

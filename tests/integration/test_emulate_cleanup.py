@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from emulate_helpers import sh
 
-from crosszone.emulate import deploy, netns, topology
+from crosszone.emulate import deploy, topology
 from crosszone.emulate import state as st
+from crosszone.linux import netns
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

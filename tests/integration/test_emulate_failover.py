@@ -17,8 +17,9 @@ import pytest
 from emulate_helpers import kinds, probe_result, sh, start_probe
 
 from crosszone.emulate import crosszone_gateway as xgw
-from crosszone.emulate import deploy, netns
+from crosszone.emulate import deploy
 from crosszone.emulate import state as st
+from crosszone.linux import netns
 
 pytestmark = pytest.mark.integration
 

@@ -25,7 +25,8 @@ import pytest
 from emulate_helpers import kinds, py_in
 
 from crosszone.emulate import crosszone_gateway as xgw
-from crosszone.emulate import deploy, netns, topology
+from crosszone.emulate import deploy, topology
+from crosszone.linux import netns
 
 pytestmark = pytest.mark.integration
 

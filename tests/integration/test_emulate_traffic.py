@@ -130,7 +130,7 @@ def test_legacy_and_crosszone_in_parallel_without_loss(deployment: deploy.Deploy
 
     The workload's TCP bursts used to overflow the per-CPU backlog at the routers' ports toward
     hosts and storage (thousands of drops in 4 s): those ports now hand packets to their peers'
-    NAPI rings, which push back into a qdisc (netns.forwarding_port), and this test checks that
+    NAPI rings, which push back into a qdisc (links.forwarding_port), and this test checks that
     they drop nothing. The probe still does not run during the workload: an XDP redirect into a
     full veth ring has no such backpressure, a rare congestion loss TCP repairs and that says
     nothing about the switches."""
@@ -141,7 +141,7 @@ def test_legacy_and_crosszone_in_parallel_without_loss(deployment: deploy.Deploy
     deployment.switch("both")
     before = udp_probe_result(probe)
     drops0 = _router_edge_drops(deployment)
-    res = runner.run(deployment.plan, duration=4.0, loaders=1)
+    res = runner.run(topology.workload_targets(deployment.plan), duration=4.0, loaders=1)
     edge_drops = _router_edge_drops(deployment) - drops0
     probe = start_udp_probe(deployment, 0, duration=4.0)
     time.sleep(0.5)

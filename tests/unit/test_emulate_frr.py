@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from crosszone.emulate import crosszone_gateway as xgw
-from crosszone.emulate import deploy, frr, legacy_gateway, netns, topology
+from crosszone.emulate import deploy, frr, legacy_gateway, topology
+from crosszone.linux import netns
 
 pytestmark = pytest.mark.unit
 

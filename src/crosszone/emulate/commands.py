@@ -10,8 +10,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from crosszone.emulate import deploy, netns, topology
+from crosszone.emulate import deploy, kinds, topology
 from crosszone.emulate import state as st
+from crosszone.linux import netns
 
 TopologyOpt = typer.Option(topology.DEFAULT_TOPOLOGY, "--topology", "-t",
                            help="Topology YAML (default: examples/two-zone.yaml).")
@@ -112,16 +113,17 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         Console().print(status_table(dep))
 
     @emulate.command("switch")
-    def switch(to: str = typer.Option(..., "--to", help="legacy | crosszone | both")) -> None:
+    def switch(to: str = typer.Option(..., "--to",
+                                      help=" | ".join(kinds.switch_targets()))) -> None:
         """Move traffic between gateway sets by BGP announce/withdraw."""
         _need_root()
-        if to not in ("legacy", "crosszone", "both"):
-            raise typer.BadParameter("--to must be legacy, crosszone or both")
+        if to not in kinds.switch_targets():
+            raise typer.BadParameter(f"--to must be {kinds.describe(kinds.switch_targets())}")
         spec, path = _current(topology.DEFAULT_TOPOLOGY)
         dep = deploy.make(spec, topology_path=path)
         console = Console()
         try:
-            dep.switch(to, log=lambda m: console.print(f"[cyan]switch[/cyan] {m}"))  # type: ignore[arg-type]
+            dep.switch(to, log=lambda m: console.print(f"[cyan]switch[/cyan] {m}"))
         except deploy.DeployError as exc:
             console.print(f"[red]switch failed:[/red] {exc}")
             raise typer.Exit(1) from None
@@ -140,8 +142,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             Console(stderr=True).print("[red]no deployment: run `crosszone emulate up`[/red]")
             raise typer.Exit(1)
         console = Console(stderr=as_json)
-        result = runner.run(topology.plan(spec), duration=duration, loaders=loaders,
-                            console=console)
+        result = runner.run(topology.workload_targets(topology.plan(spec)), duration=duration,
+                            loaders=loaders, console=console)
         if as_json:
             print(json.dumps(result.to_json()))
         else:

@@ -21,8 +21,9 @@ from typing import Any
 
 import yaml
 
-from crosszone.emulate.netns import Cmd, Executor, Op, WriteFile
+from crosszone.emulate.kinds import DeployError
 from crosszone.emulate.topology import RUN_DIR, Gateway, Plan, router_mac
+from crosszone.linux.netns import Cmd, Executor, Op, WriteFile
 
 POOL = "storage"
 
@@ -143,8 +144,7 @@ def missing_peer_programs(ex: Executor, p: Plan, gw: Gateway) -> list[str]:
 
 def detach_ops(gw: Gateway) -> list[Op]:
     """Undo attach; tolerant of a fast path that was never attached."""
-    return [Cmd((crosszone_bin(), "fastpath", "detach", "--netns", gw.ns,
-                 "--pin-dir", str(gw.pin_dir)), check=False)]
+    return KIND.detach(gw.ns, gw.pin_dir)
 
 
 def read_stats(gw: Gateway) -> dict[str, Any]:
@@ -180,3 +180,47 @@ def dropped_from_stats(stats: dict[str, Any]) -> int:
 
     walk(stats, False)
     return total
+
+
+class CrosszoneGateway:
+    """The XDP fast path as a gateway kind (kinds.GatewayKind): silent until attached."""
+
+    name = "crosszone"
+    letter = "x"
+    attaches = True  # XDP_REDIRECT needs the program attached before traffic may come
+    default_count = 2
+
+    def configure(self, p: Plan, gw: Gateway) -> list[Op]:
+        """Write the intent file that `fastpath attach` reads."""
+        return intent_ops(p, gw)
+
+    def available(self) -> bool:
+        """Whether `crosszone fastpath attach` exists (fastpath_available)."""
+        return fastpath_available()
+
+    def attach(self, ex: Executor, p: Plan, gw: Gateway) -> None:
+        """`crosszone fastpath attach`, then check that both router-side peers got XDP_PASS."""
+        ex.apply(attach_ops(gw))
+        missing = missing_peer_programs(ex, p, gw)
+        if missing:
+            raise DeployError(
+                f"{gw.name}: `crosszone fastpath attach` left no XDP program on the "
+                f"router-side veth end(s) {', '.join(missing)}: redirects into the "
+                "gateway's links would be dropped (fast-path peer lookup; see "
+                "tests/integration/test_fastpath_regression.py)")
+
+    def detach(self, ns: str, pin_dir: Path) -> list[Op]:
+        """`crosszone fastpath detach`, tolerant of a fast path that was never attached."""
+        return [Cmd((crosszone_bin(), "fastpath", "detach", "--netns", ns,
+                     "--pin-dir", str(pin_dir)), check=False)]
+
+    def drops(self, ex: Executor, gw: Gateway) -> dict[str, int]:
+        """The fast path's drop reasons of `gw` (`crosszone fastpath stats`)."""
+        out: dict[str, int] = {}
+        for name, c in read_stats(gw).get("reasons", {}).items():
+            if name.startswith("drop_") and isinstance(c, dict):
+                out[name] = out.get(name, 0) + int(c.get("packets", 0))
+        return out
+
+
+KIND = CrosszoneGateway()

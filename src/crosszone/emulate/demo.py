@@ -31,9 +31,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from crosszone.emulate import crosszone_gateway as xgw
-from crosszone.emulate import deploy, legacy_gateway, netns, topology
+from crosszone.emulate import deploy, kinds, topology
 from crosszone.emulate import state as st
+from crosszone.linux import netns
 from crosszone.workload import runner
 
 DEMO_DURATION_S = 20.0
@@ -96,21 +96,14 @@ def namespace_drops(ex: netns.Executor, ns: str, devs: set[str] | None = None) -
                       devs)
 
 
-def gateway_drops(ex: netns.Executor, p: topology.Plan,
-                  kind: topology.GatewayKind) -> dict[str, int]:
-    """Drops by gateways of `kind`, by cause: interface drops, nftables or fast-path reasons."""
+def gateway_drops(ex: netns.Executor, p: topology.Plan, kind: str) -> dict[str, int]:
+    """Drops by gateways of `kind`, by cause: interface drops and the kind's own counters
+    (nftables for legacy, fast-path drop reasons for crosszone)."""
     out: dict[str, int] = {"interfaces": 0}
     for gw in p.gateways_of(kind):
         out["interfaces"] += namespace_drops(ex, gw.ns)
-        if kind == "legacy":
-            out["nftables"] = out.get("nftables", 0) + legacy_gateway.dropped_packets(
-                ex.output(["ip", "netns", "exec", gw.ns, "nft", "-j", "list", "counters"],
-                          check=False))
-        else:
-            reasons = xgw.read_stats(gw).get("reasons", {})
-            for name, c in reasons.items():
-                if name.startswith("drop_") and isinstance(c, dict):
-                    out[name] = out.get(name, 0) + int(c.get("packets", 0))
+        for cause, n in kinds.get(kind).drops(ex, gw).items():
+            out[cause] = out.get(cause, 0) + n
     return out
 
 
@@ -164,11 +157,12 @@ def measured_run(console: Console, ex: netns.Executor, p: topology.Plan, kind: s
                  duration: float, idle_rate: float,
                  sample: Callable[[], CpuSample] = cpu_sample) -> Row:
     """One workload run with CPU and drop accounting around it."""
-    k: topology.GatewayKind = "legacy" if kind == "legacy" else "crosszone"
+    k = kinds.get(kind).name
     drops0, other0 = gateway_drops(ex, p, k), network_drops(ex, p)
     c0 = sample()
     t0 = time.monotonic()
-    res = runner.run(p, duration=duration, loaders=DEMO_LOADERS, console=console)
+    res = runner.run(topology.workload_targets(p), duration=duration, loaders=DEMO_LOADERS,
+                     console=console)
     elapsed = time.monotonic() - t0
     c1 = sample()
     drops = _diff(drops0, gateway_drops(ex, p, k))
@@ -206,22 +200,28 @@ def run_demo(console: Console, topology_file: Path = topology.DEFAULT_TOPOLOGY,
     try:
         console.rule("emulate up")
         dep.up(log=lambda m: console.print(f"[cyan]up[/cyan] {m}"))
-        if spec.active != "legacy":
-            dep.switch("legacy", log=lambda m: console.print(f"[cyan]switch[/cyan] {m}"))
+        first = kinds.default()  # the baseline: the kind that needs no attach (legacy)
+        if spec.active != first:
+            dep.switch(first, log=lambda m: console.print(f"[cyan]switch[/cyan] {m}"))
         console.rule(f"idle baseline ({IDLE_BASELINE_S:.0f} s, no workload)")
         idle = idle_baseline(IDLE_BASELINE_S)
         console.print(f"idle softirq: {idle:.3f} CPU s/s (BFD, BGP, timers)")
-        console.rule("workload through the legacy gateways")
-        rows.append(measured_run(console, ex, dep.plan, "legacy", duration, idle))
-        state = st.load()
-        if state and any(state.fastpath.values()):
-            console.rule("BGP switch to the crosszone gateways")
-            dep.switch("crosszone", log=lambda m: console.print(f"[cyan]switch[/cyan] {m}"))
-            console.rule("workload through the crosszone gateways")
-            rows.append(measured_run(console, ex, dep.plan, "crosszone", duration, idle))
-        else:
-            console.print("[yellow]crosszone fast path not attached "
-                          "(`crosszone fastpath attach` missing): crosszone row skipped[/yellow]")
+        console.rule(f"workload through the {first} gateways")
+        rows.append(measured_run(console, ex, dep.plan, first, duration, idle))
+        # Then every other kind that has gateways here, each after a BGP switch to it.
+        for kind in kinds.names():
+            if kind == first or not dep.plan.gateways_of(kind):
+                continue
+            state = st.load()
+            if state and any(kinds.ready(g, state.fastpath) for g in dep.plan.gateways_of(kind)):
+                console.rule(f"BGP switch to the {kind} gateways")
+                dep.switch(kind, log=lambda m: console.print(f"[cyan]switch[/cyan] {m}"))
+                console.rule(f"workload through the {kind} gateways")
+                rows.append(measured_run(console, ex, dep.plan, kind, duration, idle))
+            else:
+                console.print(f"[yellow]{kind} fast path not attached "
+                              f"(`crosszone fastpath attach` missing): {kind} row skipped"
+                              "[/yellow]")
         for r in rows:  # the details first, so the table is what stays on screen
             console.print_json(json.dumps(r.to_json()))
         console.print(comparison_table(rows))

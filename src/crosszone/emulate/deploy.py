@@ -16,28 +16,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from crosszone.emulate import crosszone_gateway as xgw
-from crosszone.emulate import frr, legacy_gateway, netns, storage
+from crosszone.emulate import frr, kinds, storage
 from crosszone.emulate import state as st
-from crosszone.emulate.netns import Executor, Op, in_ns
 from crosszone.emulate.topology import (
     PIN_ROOT,
     PREFIX,
     RUN_DIR,
-    ActiveSet,
+    VXLAN_PORT,
     Gateway,
     Plan,
     TopologySpec,
     plan,
     router_mac,
+    vxlan_name,
 )
+from crosszone.linux import links, netns
+from crosszone.linux.netns import Executor, Op, in_ns
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
-
-
-class DeployError(RuntimeError):
-    """The deployment could not be brought to the requested state."""
+DeployError = kinds.DeployError  # raised by a kind's attach as well
 
 
 def _host_ops(p: Plan) -> list[Op]:
@@ -54,7 +52,7 @@ def _host_ops(p: Plan) -> list[Op]:
         ops.append(in_ns(h.ns, "ip", "route", "replace", f"{p.spec.anycast_vtep}/32",
                          "via", f"10.1.{h.index}.1"))
         for ep in h.endpoints:
-            vx, br = legacy_gateway.vxlan_name(ep.vpc), f"br-{ep.vpc.name}"
+            vx, br = vxlan_name(ep.vpc), f"br-{ep.vpc.name}"
             ops += [
                 in_ns(h.ns, "ip", "link", "add", br, "mtu", str(p.inner_mtu), "type", "bridge",
                       check=False),
@@ -63,7 +61,7 @@ def _host_ops(p: Plan) -> list[Op]:
                 # tunnelled to the gateways; the routers pick a gateway by ECMP.
                 in_ns(h.ns, "ip", "link", "add", vx, "mtu", str(p.inner_mtu), "type", "vxlan",
                       "id", str(ep.vpc.vni), "local", h.vtep, "remote", str(p.spec.anycast_vtep),
-                      "dstport", str(legacy_gateway.VXLAN_PORT), "nolearning"),
+                      "dstport", str(VXLAN_PORT), "nolearning"),
                 in_ns(h.ns, "ip", "link", "set", vx, "master", br),
                 in_ns(h.ns, "ip", "link", "set", f"ep-{ep.vpc.name}", "master", br),
                 # A VPC vSwitch answers or drops link-local multicast and broadcast (IPv6
@@ -79,7 +77,7 @@ def _host_ops(p: Plan) -> list[Op]:
             ]
             v = p.spec.vpcs.index(ep.vpc) + 1
             ops += netns.ns_sysctls(ep.ns, forwarding=False)
-            ops.append(netns.full_checksums(ep.ns, "eth0"))
+            ops.append(links.full_checksums(ep.ns, "eth0"))
             # The VPC router is virtual (it is every gateway): a permanent neighbour entry
             # stands in for the ARP answer a real vSwitch would give locally.
             ops.append(in_ns(ep.ns, "ip", "neigh", "replace", ep.gw_addr, "lladdr",
@@ -109,16 +107,16 @@ def _gateway_base_ops(p: Plan, gw: Gateway) -> list[Op]:
     return ops
 
 
-def is_announcing(gw: Gateway, active: ActiveSet) -> bool:
+def is_announcing(gw: Gateway, active: str) -> bool:
     """Whether a gateway of this kind announces under the active set."""
-    return active == "both" or active == gw.kind
+    return kinds.is_announcing(gw.kind, active)
 
 
-def build_ops(p: Plan, active: ActiveSet) -> list[Op]:
+def build_ops(p: Plan, active: str) -> list[Op]:
     """Every operation of `up`, in order (fast-path attach excluded: it is optional)."""
-    ops: list[Op] = list(netns.plan_namespaces(p))
+    ops: list[Op] = list(netns.plan_namespaces(p.namespaces))
     for link in p.links:
-        ops += netns.plan_link(link)
+        ops += links.plan_link(link)
     ops += _host_ops(p)
     for ns in (p.compute_router_ns, p.storage_router_ns):
         ops += netns.ns_sysctls(ns, forwarding=True)
@@ -136,30 +134,28 @@ def build_ops(p: Plan, active: ActiveSet) -> list[Op]:
     ops += [in_ns(sr, "ip", "link", "set", f"{n.name}", "master", "stlan")
             for n in p.storage_nodes]
     # The routers' ports toward hosts and storage nodes forward into veths: see forwarding_port.
-    ops += [netns.forwarding_port(p.compute_router_ns, f"h{h.index}") for h in p.hosts]
-    ops += [netns.forwarding_port(sr, n.name) for n in p.storage_nodes]
+    ops += [links.forwarding_port(p.compute_router_ns, f"h{h.index}") for h in p.hosts]
+    ops += [links.forwarding_port(sr, n.name) for n in p.storage_nodes]
     for gw in p.gateways:
         # Both ends of every gateway link carry wire-size frames, whichever way: a kernel
         # gateway may GRO what it receives (as on a real NIC) but cannot hand a 64 KB
         # super-packet to the next hop, which an XDP gateway never could either.
-        ops += [netns.wire_segmented(p.compute_router_ns, f"g{gw.index}"),
-                netns.wire_segmented(p.storage_router_ns, f"g{gw.index}"),
-                netns.per_cpu_rings(p.compute_router_ns, f"g{gw.index}"),
-                netns.per_cpu_rings(p.storage_router_ns, f"g{gw.index}"),
-                netns.wire_segmented(gw.ns, "c0"),
-                netns.wire_segmented(gw.ns, "s0")]
+        ops += [links.wire_segmented(p.compute_router_ns, f"g{gw.index}"),
+                links.wire_segmented(p.storage_router_ns, f"g{gw.index}"),
+                links.per_cpu_rings(p.compute_router_ns, f"g{gw.index}"),
+                links.per_cpu_rings(p.storage_router_ns, f"g{gw.index}"),
+                links.wire_segmented(gw.ns, "c0"),
+                links.wire_segmented(gw.ns, "s0")]
         ops += _gateway_base_ops(p, gw)
-        if gw.kind == "legacy":
-            ops += legacy_gateway.plan_legacy(p, gw)
-        else:
-            ops += xgw.intent_ops(p, gw)
+        ops += kinds.get(gw.kind).configure(p, gw)
     for node in p.storage_nodes:
         ops += storage.plan_node(p, node)
     ops += frr.start_ops(p.compute_router_ns, frr.router_config(p, "compute"), p.spec)
     ops += frr.start_ops(p.storage_router_ns, frr.router_config(p, "storage"), p.spec)
     for gw in p.gateways:
-        # A crosszone gateway starts silent; it is announced once its fast path is attached.
-        announce = is_announcing(gw, active) and gw.kind == "legacy"
+        # A gateway of a kind that attaches (crosszone) starts silent; it is announced once its
+        # fast path is attached.
+        announce = is_announcing(gw, active) and not kinds.get(gw.kind).attaches
         ops += frr.start_ops(gw.ns, frr.gateway_config(p, gw, announce), p.spec)
     return ops
 
@@ -197,31 +193,28 @@ class Deployment:
         state = st.State(topology=self.topology_path, spec=spec.model_dump(mode="json"),
                          namespaces=list(self.plan.namespaces),
                          pidfiles=[str(f) for f in pidfiles(self.plan)],
-                         pin_dirs=[str(g.pin_dir) for g in self.plan.gateways_of("crosszone")],
-                         active="legacy" if spec.active == "crosszone" else spec.active)
+                         pin_dirs=[str(g.pin_dir) for g in self.plan.gateways
+                                   if kinds.get(g.kind).attaches],
+                         active=kinds.startup_set(spec.active))
         st.save(state)  # first, so that an interrupted `up` can still be taken down
         log(f"building {len(self.plan.namespaces)} namespaces")
         self.ex.apply(build_ops(self.plan, spec.active))
-        crosszone_gws = self.plan.gateways_of("crosszone")
-        if crosszone_gws and xgw.fastpath_available():
-            for gw in crosszone_gws:
+        for kind in kinds.registry().values():
+            gws = self.plan.gateways_of(kind.name)
+            if not gws or not kind.attaches:
+                continue
+            if not kind.available():
+                log(f"{kind.name} fast path not available: {kind.name} gateways stay unannounced")
+                continue
+            for gw in gws:
                 log(f"attaching fast path on {gw.name}")
-                self.ex.apply(xgw.attach_ops(gw))
-                missing = xgw.missing_peer_programs(self.ex, self.plan, gw)
-                if missing:
-                    raise DeployError(
-                        f"{gw.name}: `crosszone fastpath attach` left no XDP program on the "
-                        f"router-side veth end(s) {', '.join(missing)}: redirects into the "
-                        "gateway's links would be dropped (fast-path peer lookup; see "
-                        "tests/integration/test_fastpath_regression.py)")
+                kind.attach(self.ex, self.plan, gw)
                 state.fastpath[gw.name] = True
                 st.save(state)
-        elif crosszone_gws:
-            log("crosszone fast path not available: crosszone gateways stay unannounced")
         self.wait_sessions()
         state.complete = True
         st.save(state)
-        if spec.active != "legacy" and any(state.fastpath.values()):
+        if kinds.needs_attach(spec.active) and any(state.fastpath.values()):
             self.switch(spec.active, log=log)
             return st.load() or state
         self.wait_routes(state.active, state)
@@ -254,10 +247,10 @@ class Deployment:
         return self._until("BGP sessions", ok, timeout)
 
     def announced(self, active: str, state: st.State | None) -> list[Gateway]:
-        """Gateways that announce under `active` (crosszone ones only with a fast path)."""
+        """Gateways that announce under `active` (of a kind that attaches: only once attached)."""
         attached = state.fastpath if state else {}
-        return [g for g in self.plan.gateways if is_announcing(g, active)  # type: ignore[arg-type]
-                and (g.kind == "legacy" or attached.get(g.name))]
+        return [g for g in self.plan.gateways
+                if is_announcing(g, active) and kinds.ready(g, attached)]
 
     def fib_targets(self) -> list[tuple[str, str]]:
         """(router namespace, prefix) of every route the gateways announce: the anycast VTEP
@@ -300,17 +293,22 @@ class Deployment:
 
     # ---- switch -----------------------------------------------------------------------------
 
-    def switch(self, to: ActiveSet, log: Callable[[str], None] = print) -> float:
+    def switch(self, to: str, log: Callable[[str], None] = print) -> float:
         """Move traffic to a gateway set by BGP announce/withdraw; returns seconds taken."""
         state = st.load()
         if state is None:
             raise DeployError("no deployment: run `crosszone emulate up` first")
-        if to in ("crosszone", "both") and self.plan.gateways_of("crosszone") and not any(
-                state.fastpath.values()):
-            if to == "crosszone":
-                raise DeployError("crosszone gateways have no fast path attached "
+        for name in kinds.members(to):
+            gws = self.plan.gateways_of(name)
+            if not kinds.get(name).attaches or not gws or any(
+                    state.fastpath.get(g.name) for g in gws):
+                continue
+            if to == name:
+                raise DeployError(f"{name} gateways have no fast path attached "
                                   "(`crosszone fastpath attach` missing or failed)")
-            log("crosszone gateways have no fast path: only legacy gateways announce")
+            log(f"{name} gateways have no fast path: only "
+                f"{' and '.join(k for k in kinds.members(to) if not kinds.get(k).attaches)} "
+                "gateways announce")
         start = self.clock()
         new = self.announced(to, state)
         current = self.announced(state.active, state)
@@ -407,17 +405,16 @@ def down(ex: Executor, log: Callable[[str], None] = print, sleep: Sleep = time.s
         names |= {n for n in state.namespaces if n in names}
         for gw_name, attached in state.fastpath.items():
             ns = f"{PREFIX}{gw_name}"
-            if attached and ns in names:
-                ex.apply([xgw.Cmd((xgw.crosszone_bin(), "fastpath", "detach", "--netns", ns,
-                                   "--pin-dir", str(PIN_ROOT / gw_name)), check=False)])
+            kind = kinds.by_gateway_name(gw_name)
+            if attached and ns in names and kind is not None:
+                ex.apply(kind.detach(ns, PIN_ROOT / gw_name))
         pids = [pid for f in state.pidfiles if (pid := _read_pid(Path(f))) is not None]
         _kill_pids(pids, sleep)
     # Sweep: whatever still runs inside our namespaces (workers, daemons of a lost state file).
     for ns in sorted(names):
         out = ex.output(["ip", "netns", "pids", ns], check=False)
         _kill_pids([int(x) for x in out.split() if x.isdigit()], sleep)
-    for ns in sorted(names):
-        ex.apply([netns.cmd("ip", "netns", "del", ns, check=False)])
+    ex.apply(netns.delete_namespaces(sorted(names)))
     if names:
         log(f"removed {len(names)} namespaces")
     if PIN_ROOT.exists():

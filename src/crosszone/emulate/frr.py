@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from crosszone.emulate.netns import Cmd, Op, WriteFile, in_ns
 from crosszone.emulate.topology import (
     COMPUTE_ROUTER_AS,
     GATEWAY_AS,
@@ -26,6 +25,7 @@ from crosszone.emulate.topology import (
     Plan,
     TopologySpec,
 )
+from crosszone.linux.netns import Cmd, Op, WriteFile, in_ns
 
 FRR_BIN = Path("/usr/lib/frr")
 GATEWAY_COMPUTE_DEV, GATEWAY_STORAGE_DEV = "c0", "s0"  # a gateway's links (topology.links)

@@ -22,17 +22,14 @@ userspace, one nftables pass per packet, kernel GRO/GSO on every veth.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from crosszone.emulate.netns import Op, in_ns
-from crosszone.emulate.topology import Gateway, Plan, VpcSpec, router_mac
+from crosszone.emulate.topology import VXLAN_PORT, Gateway, Plan, router_mac, vxlan_name
+from crosszone.linux.netns import Executor, Op, in_ns
 
-VXLAN_PORT = 4789
+__all__ = ["KIND", "VXLAN_PORT", "dropped_packets", "nft_ruleset", "plan_legacy", "vxlan_name"]
+
 TABLE_BASE = 1000  # routing table and fwmark of VPC number v: TABLE_BASE + v
-
-
-def vxlan_name(vpc: VpcSpec) -> str:
-    """Name of the VXLAN device of a VPC, on gateways and hosts alike."""
-    return f"vx-{vpc.name}"
 
 
 def _table(family: str, pre: list[str], pairs: list[str]) -> list[str]:
@@ -148,3 +145,36 @@ def dropped_packets(nft_json: str) -> int:
         if counter and counter.get("table") == "czgw" and counter.get("name") == "dropped":
             total += int(counter.get("packets", 0))
     return total
+
+
+class LegacyGateway:
+    """The kernel path as a gateway kind (kinds.GatewayKind): configured, never attached."""
+
+    name = "legacy"
+    letter = "l"
+    attaches = False  # the kernel path works as soon as it is configured: it announces at once
+    default_count = 2
+
+    def configure(self, p: Plan, gw: Gateway) -> list[Op]:
+        """VXLAN devices, policy routes, neighbours, nftables (plan_legacy)."""
+        return plan_legacy(p, gw)
+
+    def available(self) -> bool:
+        """Always: it needs only the kernel and nft."""
+        return True
+
+    def attach(self, ex: Executor, p: Plan, gw: Gateway) -> None:
+        """Nothing to attach: configure did it all."""
+
+    def detach(self, ns: str, pin_dir: Path) -> list[Op]:
+        """Nothing to undo beyond deleting the namespace."""
+        return []
+
+    def drops(self, ex: Executor, gw: Gateway) -> dict[str, int]:
+        """The nftables `dropped` counters of `gw`."""
+        out = ex.output(["ip", "netns", "exec", gw.ns, "nft", "-j", "list", "counters"],
+                        check=False)
+        return {"nftables": dropped_packets(out)}
+
+
+KIND = LegacyGateway()

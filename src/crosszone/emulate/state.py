@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from crosszone.emulate import kinds
 from crosszone.emulate.topology import RUN_DIR
 
 STATE_FILE = RUN_DIR / "state.json"
@@ -25,8 +26,9 @@ class State:
     namespaces: list[str] = field(default_factory=list)
     pidfiles: list[str] = field(default_factory=list)
     pin_dirs: list[str] = field(default_factory=list)
-    active: str = "legacy"
-    fastpath: dict[str, bool] = field(default_factory=dict)  # crosszone gateway -> attached
+    active: str = field(default_factory=kinds.default)  # a switch target (kinds.switch_targets)
+    # gateway -> attached, for gateways of a kind that attaches (crosszone's fast path)
+    fastpath: dict[str, bool] = field(default_factory=dict)
     complete: bool = False
 
 

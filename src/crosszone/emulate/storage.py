@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from crosszone.emulate.netns import Cmd, Op, WriteFile, full_checksums, in_ns
 from crosszone.emulate.topology import RUN_DIR, Plan, StorageNode
+from crosszone.linux.links import full_checksums
+from crosszone.linux.netns import Cmd, Op, WriteFile, in_ns
 
 HTTP_PORT = 80
 

@@ -18,12 +18,15 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from crosszone.abi.objects import ROOT
+from crosszone.emulate import kinds
+from crosszone.linux.links import Link
+from crosszone.workload.runner import Targets, WorkerEndpoint
 
 PREFIX = "czemu-"
 RUN_DIR = Path("/run/crosszone-emulate")
@@ -37,10 +40,8 @@ GATEWAY_AS = 65100
 UNDERLAY_MTU = 1550
 INNER_MTU = 1500
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
-
-GatewayKind = Literal["legacy", "crosszone"]
-ActiveSet = Literal["legacy", "crosszone", "both"]
-
+VXLAN_PORT = 4789  # the hosts' vSwitches and every gateway kind
+MAX_PER_KIND = 8  # gateways of one kind (interface and MAC numbering has room for more)
 
 class TopologyError(ValueError):
     """A topology file that cannot be used; the message names the file and the field."""
@@ -75,9 +76,35 @@ class VpcSpec(_Strict):
         return self
 
 
-class GatewaysSpec(_Strict):
-    crosszone: int = Field(default=2, ge=0, le=8)
-    legacy: int = Field(default=2, ge=0, le=8)
+class GatewaysSpec(BaseModel):
+    """How many gateways of each registered kind (kinds.py), e.g. `{crosszone: 2, legacy: 2}`;
+    a kind the document leaves out gets its default count."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _registered_kinds(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict):
+            raise ValueError("gateways must be a mapping of gateway kind to count")
+        known = kinds.registry()
+        unknown = [str(k) for k in raw if k not in known]
+        if unknown:
+            raise ValueError(f"unknown gateway kind(s) {', '.join(unknown)} "
+                             f"(known: {', '.join(known)})")
+        for name, n in raw.items():
+            if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_PER_KIND:
+                raise ValueError(f"{name}: a count from 0 to {MAX_PER_KIND}")
+        return {name: raw.get(name, k.default_count) for name, k in known.items()}
+
+    def count(self, kind: str) -> int:
+        """Gateways of `kind` (0 for a kind the spec does not have)."""
+        return int((self.model_extra or {}).get(kind, 0))
+
+    @property
+    def total(self) -> int:
+        """Gateways of every kind."""
+        return sum(int(n) for n in (self.model_extra or {}).values())
 
 
 class StorageSpec(_Strict):
@@ -102,10 +129,10 @@ class TopologySpec(_Strict):
     name: str = "two-zone"
     hosts: int = Field(default=4, ge=1, le=32)
     vpcs: tuple[VpcSpec, ...] = Field(min_length=1, max_length=4)
-    gateways: GatewaysSpec = GatewaysSpec()
+    gateways: GatewaysSpec = Field(default_factory=GatewaysSpec)
     storage: StorageSpec = StorageSpec()
     anycast_vtep: ipaddress.IPv4Address = ipaddress.IPv4Address("10.0.0.100")
-    active: ActiveSet = "legacy"
+    active: str = Field(default_factory=kinds.default)  # a switch target (kinds.switch_targets)
     bfd: BfdSpec = BfdSpec()
     # MTU of the compute-zone links that carry VXLAN; everything inside a VPC and the storage
     # zone gets 50 bytes less (the outer headers), e.g. 9000 -> 8950.
@@ -120,28 +147,18 @@ class TopologySpec(_Strict):
                 raise ValueError(f"vpc {attr} values must be unique")
         return vpcs
 
+    @field_validator("active")
+    @classmethod
+    def _switch_target(cls, active: str) -> str:
+        if active not in kinds.switch_targets():
+            raise ValueError(f"must be {kinds.describe(kinds.switch_targets())}")
+        return active
+
     @model_validator(mode="after")
     def _some_gateway(self) -> TopologySpec:
-        if self.gateways.crosszone + self.gateways.legacy == 0:
+        if self.gateways.total == 0:
             raise ValueError("at least one gateway is needed")
         return self
-
-
-@dataclass(frozen=True)
-class Link:
-    """One veth pair: (namespace, name, mac, address/len) on each side."""
-
-    a_ns: str
-    a_name: str
-    a_mac: str
-    a_addr: str | None
-    b_ns: str
-    b_name: str
-    b_mac: str
-    b_addr: str | None
-    mtu: int
-    a_addr6: str | None = None
-    b_addr6: str | None = None
 
 
 @dataclass(frozen=True)
@@ -170,7 +187,7 @@ class Host:
 @dataclass(frozen=True)
 class Gateway:
     name: str  # lgw1, xgw1
-    kind: GatewayKind
+    kind: str  # a registered kind's name (kinds.py)
     index: int  # global index k
     ns: str
     compute_addr: str
@@ -243,13 +260,19 @@ class Plan:
         """MTU inside the VPCs and in the storage zone (underlay minus the VXLAN headers)."""
         return self.spec.underlay_mtu - VXLAN_OVERHEAD
 
-    def gateways_of(self, kind: GatewayKind) -> tuple[Gateway, ...]:
+    def gateways_of(self, kind: str) -> tuple[Gateway, ...]:
+        """The gateways of one kind, in plan order."""
         return tuple(g for g in self.gateways if g.kind == kind)
 
 
 def router_mac(vpc_index: int) -> str:
     """Inner MAC of a VPC's virtual router (source MAC of replies toward the hosts)."""
     return f"02:aa:00:{vpc_index:02x}:00:01"
+
+
+def vxlan_name(vpc: VpcSpec) -> str:
+    """Name of the VXLAN device of a VPC, on gateways and hosts alike."""
+    return f"vx-{vpc.name}"
 
 
 def _mac(kind: int, a: int, b: int) -> str:
@@ -298,7 +321,7 @@ def plan(spec: TopologySpec) -> Plan:
         for v, vpc in enumerate(spec.vpcs, start=1):
             base = int(vpc.prefix.network_address)
             addr = ipaddress.IPv4Address(base + i * 256 + 10)
-            gw = ipaddress.IPv4Address(base + 255 * 256 + 254)
+            vrouter = ipaddress.IPv4Address(base + 255 * 256 + 254)
             addr6 = gw6 = None
             if vpc.prefix6 is not None:
                 base6 = int(vpc.prefix6.network_address)
@@ -306,7 +329,7 @@ def plan(spec: TopologySpec) -> Plan:
                 gw6 = str(ipaddress.IPv6Address(base6 + 0xFFFE))
             ep = Endpoint(
                 name=f"h{i}-{vpc.name}", ns=f"{PREFIX}h{i}-{vpc.name}", host=i, vpc=vpc,
-                addr=str(addr), mac=_mac(0xE0 + v, i, 0x10), gw_addr=str(gw),
+                addr=str(addr), mac=_mac(0xE0 + v, i, 0x10), gw_addr=str(vrouter),
                 addr6=addr6, gw_addr6=gw6,
             )
             eps.append(ep)
@@ -319,14 +342,13 @@ def plan(spec: TopologySpec) -> Plan:
         hosts.append(Host(i, hns, vtep, tuple(eps)))
 
     gateways: list[Gateway] = []
-    kinds: list[GatewayKind] = ["legacy"] * spec.gateways.legacy
-    kinds += ["crosszone"] * spec.gateways.crosszone
-    counters = {"legacy": 0, "crosszone": 0}
-    for k, kind in enumerate(kinds, start=1):
-        counters[kind] += 1
-        name = f"{'l' if kind == 'legacy' else 'x'}gw{counters[kind]}"
+    # Kinds in registration order (legacy first), numbered globally (k) and per kind (n).
+    order = [(kind, n) for kind in kinds.registry().values()
+             for n in range(1, spec.gateways.count(kind.name) + 1)]
+    for k, (kind, n) in enumerate(order, start=1):
+        name = f"{kind.letter}gw{n}"
         gw = Gateway(
-            name=name, kind=kind, index=k, ns=f"{PREFIX}{name}",
+            name=name, kind=kind.name, index=k, ns=f"{PREFIX}{name}",
             compute_addr=f"10.10.{k}.2", compute_peer=f"10.10.{k}.1",
             compute_mac=_mac(0x10, k, 2), compute_peer_mac=_mac(0x10, k, 1),
             storage_addr=f"10.20.{k}.2", storage_peer=f"10.20.{k}.1",
@@ -356,3 +378,12 @@ def plan(spec: TopologySpec) -> Plan:
         storage_gw_addr=str(subnet.network_address + 1),
         storage_gw_addr6=str(subnet6.network_address + 1),
     )
+
+
+def workload_targets(p: Plan) -> Targets:
+    """The workload's view of a deployment: every endpoint, the storage nodes, the shard sizes."""
+    spec = p.spec.storage
+    return Targets(endpoints=tuple(WorkerEndpoint(e.name, e.ns) for e in p.endpoints),
+                   servers=tuple(n.addr for n in p.storage_nodes), shards=spec.shards,
+                   shard_size_mib=spec.shard_size_mib,
+                   checkpoint_max_mib=spec.checkpoint_max_mib)

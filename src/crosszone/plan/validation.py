@@ -44,7 +44,6 @@ import json
 import os
 import socket
 import struct
-import subprocess
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -53,7 +52,16 @@ from typing import Any
 
 import numpy as np
 
-from crosszone.linux.netns import in_netns
+from crosszone.linux.netns import (
+    CommandFailed,
+    Executor,
+    Op,
+    delete_namespaces,
+    in_netns,
+    in_ns,
+    named_netns,
+    plan_namespaces,
+)
 from crosszone.plan.fluid import processor_sharing_finish
 
 __all__ = [
@@ -70,6 +78,7 @@ __all__ = [
 ]
 
 PREFIX = "czval-"
+_EX = Executor()
 CLIENT_NS = "czval-client"
 STORAGE_NS = "czval-storage"
 GATEWAYS = 2
@@ -298,34 +307,36 @@ def compare(
 
 
 def _run(*args: str) -> str:
-    proc = subprocess.run(args, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise ValidationError(f"{' '.join(args)}: {proc.stderr.strip() or proc.returncode}")
-    return proc.stdout
+    try:
+        return _EX.output(args)
+    except CommandFailed as exc:
+        raise ValidationError(str(exc)) from None
+
+
+def _apply(ops: Sequence[Op]) -> None:
+    try:
+        _EX.apply(ops)
+    except CommandFailed as exc:
+        raise ValidationError(str(exc)) from None
 
 
 def _ours() -> list[str]:
-    try:
-        return sorted(n for n in os.listdir("/run/netns") if n.startswith(PREFIX))
-    except FileNotFoundError:
-        return []
+    return [n for n in named_netns() if n.startswith(PREFIX)]
 
 
 def _teardown() -> None:
-    for name in _ours():
-        subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+    _EX.apply(delete_namespaces(_ours()))
 
 
 def _sysctl(ns: str, *settings: str) -> None:
-    _run("ip", "netns", "exec", ns, "sysctl", "-q", "-w", *settings)
+    _run(*in_ns(ns, "sysctl", "-q", "-w", *settings).argv)
 
 
 def _build(gateways: int) -> None:
     """Create the namespaces, links, addresses and routes (no shaping yet)."""
     names = [CLIENT_NS, STORAGE_NS, *(_gw_ns(i) for i in range(gateways))]
+    _apply(plan_namespaces(names))
     for ns in names:
-        _run("ip", "netns", "add", ns)
-        _run("ip", "-n", ns, "link", "set", "lo", "up")
         _sysctl(ns, "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0")
     for i in range(gateways):
         gw = _gw_ns(i)

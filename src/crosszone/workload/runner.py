@@ -21,7 +21,28 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from crosszone.emulate.topology import Plan
+
+@dataclass(frozen=True)
+class WorkerEndpoint:
+    """One endpoint the workload runs on: its name and the network namespace it lives in."""
+
+    name: str
+    ns: str
+
+
+@dataclass(frozen=True)
+class Targets:
+    """What the workload needs to know of a deployment, as plain data.
+
+    The emulator (a layer above) builds it from its plan (`emulate.topology.workload_targets`),
+    so the workload never imports the emulator.
+    """
+
+    endpoints: tuple[WorkerEndpoint, ...]
+    servers: tuple[str, ...]  # storage node addresses
+    shards: int
+    shard_size_mib: int
+    checkpoint_max_mib: int
 
 
 @dataclass
@@ -72,19 +93,18 @@ class WorkloadResult:
         }
 
 
-def worker_argv(plan: Plan, ep_index: int, duration: float, loaders: int) -> list[str]:
+def worker_argv(targets: Targets, ep_index: int, duration: float, loaders: int) -> list[str]:
     """Command line of the worker of endpoint number `ep_index`."""
-    ep = plan.endpoints[ep_index]
-    spec = plan.spec.storage
-    servers = [n.addr for n in plan.storage_nodes]
+    ep = targets.endpoints[ep_index]
+    servers = list(targets.servers)
     # Rotate the server list so that endpoints spread their first connections over nodes.
     servers = servers[ep_index % len(servers):] + servers[:ep_index % len(servers)]
-    ckpt = min(8, spec.checkpoint_max_mib) << 20
+    ckpt = min(8, targets.checkpoint_max_mib) << 20
     return ["ip", "netns", "exec", ep.ns, sys.executable, "-m", "crosszone.workload.worker",
             "--name", ep.name, "--servers", ",".join(servers), "--duration", str(duration),
-            "--loaders", str(loaders), "--shards", str(spec.shards),
-            "--shard-bytes", str(spec.shard_size_mib << 20),
-            "--block-bytes", str(min(4, spec.shard_size_mib) << 20),
+            "--loaders", str(loaders), "--shards", str(targets.shards),
+            "--shard-bytes", str(targets.shard_size_mib << 20),
+            "--block-bytes", str(min(4, targets.shard_size_mib) << 20),
             "--ckpt-bytes", str(ckpt), "--seed", str(ep_index + 1)]
 
 
@@ -102,13 +122,13 @@ def _live_table(progress: dict[str, dict[str, Any]], elapsed: float, duration: f
     return t
 
 
-def run(plan: Plan, duration: float = 15.0, loaders: int = 2,
+def run(targets: Targets, duration: float = 15.0, loaders: int = 2,
         console: Console | None = None) -> WorkloadResult:
     """Run one worker per endpoint, show progress, return the merged result."""
     console = console or Console()
-    procs = {ep.name: subprocess.Popen(worker_argv(plan, i, duration, loaders),
+    procs = {ep.name: subprocess.Popen(worker_argv(targets, i, duration, loaders),
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i, ep in enumerate(plan.endpoints)}
+             for i, ep in enumerate(targets.endpoints)}
     progress: dict[str, dict[str, Any]] = {name: {} for name in procs}
     results: dict[str, dict[str, Any]] = {}
     lock = threading.Lock()
@@ -152,7 +172,8 @@ def run(plan: Plan, duration: float = 15.0, loaders: int = 2,
         if doc is None:
             err = proc.stderr.read()[-300:] if proc.stderr else ""
             res.errors += 1
-            res.error_samples.append(f"{name}: worker gave no result (exit {proc.returncode}) {err}")
+            res.error_samples.append(
+                f"{name}: worker gave no result (exit {proc.returncode}) {err}")
             continue
         res.duration_s = max(res.duration_s, float(doc.get("elapsed_s", duration)))
         res.read_bytes += int(doc["read_bytes"])

@@ -1,126 +1,33 @@
-"""Operations the emulator wants done, and the one sink that performs them.
+"""Veth plumbing between network namespaces: pairs, addresses, and NIC-like offload settings.
 
-Planning modules return lists of `Cmd` and `WriteFile`; `Executor.apply` runs them. Tests use
-`RecordingExecutor` and never touch the kernel. Namespace plumbing (veths, addresses, sysctls)
-is planned here because every other module needs it.
+The settings below are the emulator's (and apply to both gateway kinds alike): they make veth
+ends behave like the NIC ports and wires they stand in for. Everything is returned as planned
+`Cmd`s (netns.py) for an Executor to run.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
-from crosszone.emulate.topology import Link, Plan
+from crosszone.linux.netns import Cmd, Op, cmd, in_ns
 
 
 @dataclass(frozen=True)
-class Cmd:
-    """A command line; `check=False` for steps that may legitimately fail (already gone)."""
+class Link:
+    """One veth pair: (namespace, name, mac, address/len) on each side."""
 
-    argv: tuple[str, ...]
-    check: bool = True
-    stdin: str | None = None
-
-    def __str__(self) -> str:
-        return " ".join(self.argv)
-
-
-@dataclass(frozen=True)
-class WriteFile:
-    path: Path
-    text: str
-
-
-Op = Cmd | WriteFile
-
-
-def cmd(*argv: str, check: bool = True, stdin: str | None = None) -> Cmd:
-    """Build a Cmd from words."""
-    return Cmd(tuple(argv), check, stdin)
-
-
-def in_ns(ns: str, *argv: str, check: bool = True, stdin: str | None = None) -> Cmd:
-    """A command run inside namespace `ns`."""
-    return Cmd(("ip", "netns", "exec", ns, *argv), check, stdin)
-
-
-class CommandFailed(RuntimeError):
-    """A checked command exited non-zero."""
-
-
-class Executor:
-    """Runs operations for real."""
-
-    def __init__(self, verbose: bool = False) -> None:
-        self.verbose = verbose
-
-    def apply(self, ops: Iterable[Op]) -> None:
-        for op in ops:
-            if isinstance(op, WriteFile):
-                op.path.parent.mkdir(parents=True, exist_ok=True)
-                op.path.write_text(op.text)
-                continue
-            if self.verbose:
-                print("+", op)
-            res = subprocess.run(
-                op.argv, input=op.stdin, capture_output=True, text=True, check=False
-            )
-            if op.check and res.returncode != 0:
-                raise CommandFailed(f"`{op}` exited {res.returncode}: {res.stderr.strip()}")
-
-    def output(self, argv: Sequence[str], check: bool = True) -> str:
-        """Run a query and return its stdout."""
-        res = subprocess.run(list(argv), capture_output=True, text=True, check=False)
-        if check and res.returncode != 0:
-            raise CommandFailed(f"`{' '.join(argv)}` exited {res.returncode}: {res.stderr.strip()}")
-        return res.stdout
-
-
-@dataclass
-class RecordingExecutor(Executor):
-    """Records operations instead of running them (unit tests)."""
-
-    ops: list[Op] = field(default_factory=list)
-    outputs: dict[tuple[str, ...], str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        super().__init__(verbose=False)
-
-    def apply(self, ops: Iterable[Op]) -> None:
-        self.ops.extend(ops)
-
-    def output(self, argv: Sequence[str], check: bool = True) -> str:
-        return self.outputs.get(tuple(argv), "")
-
-
-def ns_sysctls(ns: str, forwarding: bool) -> list[Cmd]:
-    """Per-namespace sysctls: forwarding, no reverse-path filter, L4 ECMP hashing."""
-    sets = [
-        # Asymmetric paths are normal here (ECMP per direction), so strict rp_filter would drop.
-        "net.ipv4.conf.all.rp_filter=0",
-        "net.ipv4.conf.default.rp_filter=0",
-        # Hash ECMP on the 5-tuple: VXLAN flows differ only in the outer UDP source port.
-        "net.ipv4.fib_multipath_hash_policy=1",
-        f"net.ipv4.ip_forward={1 if forwarding else 0}",
-        "net.ipv6.conf.all.forwarding=" + ("1" if forwarding else "0"),
-        # IPv6 flushes global addresses when a link goes down unless told otherwise; the
-        # failover tests take links down and up, and BGP's IPv6 next hops need them back.
-        "net.ipv6.conf.all.keep_addr_on_down=1",
-        "net.ipv6.conf.default.keep_addr_on_down=1",
-    ]
-    return [in_ns(ns, "sysctl", "-qw", s) for s in sets]
-
-
-def plan_namespaces(p: Plan) -> list[Op]:
-    """Create every namespace (idempotent: existing ones are kept) with loopback up."""
-    ops: list[Op] = []
-    for ns in p.namespaces:
-        ops.append(cmd("ip", "netns", "add", ns, check=False))
-        ops.append(in_ns(ns, "ip", "link", "set", "lo", "up"))
-    return ops
+    a_ns: str
+    a_name: str
+    a_mac: str
+    a_addr: str | None
+    b_ns: str
+    b_name: str
+    b_mac: str
+    b_addr: str | None
+    mtu: int
+    a_addr6: str | None = None
+    b_addr6: str | None = None
 
 
 def plan_link(link: Link) -> list[Op]:
@@ -199,13 +106,6 @@ def wire_segmented(ns: str, dev: str) -> Cmd:
     would forward a partial checksum as is), for both gateway kinds alike.
     """
     return in_ns(ns, "ethtool", "-K", dev, "tx", "off")
-
-
-def list_namespaces(ex: Executor, prefix: str) -> list[str]:
-    """Names of existing namespaces starting with prefix."""
-    out = ex.output(["ip", "netns", "list"], check=False)
-    names = [line.split()[0] for line in out.splitlines() if line.strip()]
-    return sorted(n for n in names if n.startswith(prefix))
 
 
 def full_checksums(ns: str, dev: str) -> Cmd:

@@ -4,6 +4,10 @@ Each class quotes its C definition. `tests/fastpath/test_layout.py` compares eve
 offset with the BTF of the compiled object, and every constant with the header, so a change on one
 side without the other fails the tests. Addresses and ports are network byte order on both sides
 (`c_uint8 * N` or big-endian integers); everything else is host order.
+
+Key fields that the encoder fills from integer arrays (route and VTEP addresses, the LPM keys'
+VPC id) are big-endian integer types (`BE32`, `BE64 * 2`), so `numpy.dtype(mirror)` is the
+encoder's record layout as it is: no layout is declared a second time (compile/encode.py).
 """
 
 from __future__ import annotations
@@ -56,6 +60,10 @@ CZ_SLOT_VNI_SHIFT = 32
 
 MAC = c_uint8 * 6
 IP6 = c_uint8 * 16
+#: Network-order integers: __be32, and an IPv6 address as two big-endian halves (hi, lo).
+BE32 = c_uint32.__ctype_be__
+BE64 = c_uint64.__ctype_be__
+IP6_HALVES = BE64 * 2
 
 
 class CzConfig(ctypes.Structure):
@@ -101,31 +109,31 @@ class CzVpc(ctypes.Structure):
 class CzVtepKey(ctypes.Structure):
     """(VNI, outer source VTEP): the key of vtep_allowed."""
 
-    _fields_ = [("vni", c_uint32), ("vtep", c_uint8 * 4)]
+    _fields_ = [("vni", c_uint32), ("vtep", BE32)]
 
 
 class CzRoute4Key(ctypes.Structure):
     """(VPC id, prefix length, masked IPv4 dst): the key of routes4."""
 
-    _fields_ = [("vpc_id", c_uint32), ("plen", c_uint32), ("addr", c_uint8 * 4)]
+    _fields_ = [("vpc_id", c_uint32), ("plen", c_uint32), ("addr", BE32)]
 
 
 class CzRoute6Key(ctypes.Structure):
     """(VPC id, prefix length, masked IPv6 dst): the key of routes6."""
 
-    _fields_ = [("vpc_id", c_uint32), ("plen", c_uint32), ("addr", IP6)]
+    _fields_ = [("vpc_id", c_uint32), ("plen", c_uint32), ("addr", IP6_HALVES)]
 
 
 class CzLpm4Key(ctypes.Structure):
     """struct cz_lpm4_key { __u32 prefixlen; __be32 vpc_id; __be32 addr; };"""
 
-    _fields_ = [("prefixlen", c_uint32), ("vpc_id", c_uint8 * 4), ("addr", c_uint8 * 4)]
+    _fields_ = [("prefixlen", c_uint32), ("vpc_id", BE32), ("addr", BE32)]
 
 
 class CzLpm6Key(ctypes.Structure):
     """struct cz_lpm6_key { __u32 prefixlen; __be32 vpc_id; __u8 addr[16]; };"""
 
-    _fields_ = [("prefixlen", c_uint32), ("vpc_id", c_uint8 * 4), ("addr", IP6)]
+    _fields_ = [("prefixlen", c_uint32), ("vpc_id", BE32), ("addr", IP6_HALVES)]
 
 
 class CzRoute(ctypes.Structure):

@@ -39,8 +39,8 @@ def agent_cmd(
         fastpath_hooks,
         ifindex_in,
     )
-    from crosszone.agent.sink import MapSink
     from crosszone.fastpath.deploy import pinned_maps
+    from crosszone.fastpath.sink import MapSink
     from crosszone.store.store import open_store
 
     pins = pin_dir or Path("/sys/fs/bpf/crosszone") / gateway

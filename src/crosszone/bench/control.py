@@ -92,13 +92,13 @@ def run(store_kind: str, routes: int, hosts: int, changes: int, compact_hosts: b
     import uvicorn
 
     from crosszone.agent.agent import Agent
-    from crosszone.agent.sink import MapSink
     from crosszone.compile.gateway import compile_gateway
     from crosszone.control.api import create_app
     from crosszone.control.client import Client
     from crosszone.control.service import Controller
     from crosszone.fastpath.libbpf import BpfObject
     from crosszone.fastpath.maps_io import GatewayMaps
+    from crosszone.fastpath.sink import MapSink
     from crosszone.intent.cluster import parse_cluster
     from crosszone.store.store import open_store
 

@@ -46,9 +46,11 @@ import numpy as np
 from crosszone.abi import layout as L
 from crosszone.abi.objects import BUILD_DIR
 from crosszone.abi.reasons import Reason
+from crosszone.compile.encode import RouteArrays, encode_hosts, encode_route_arrays, encode_tables
 from crosszone.compile.tables import Group, HostEntry, Nexthop, Port, StorageFacing, Tables, Vpc
 from crosszone.fastpath.libbpf import BPF_F_TEST_XDP_LIVE_FRAMES, BpfObject, xdp_ctx
-from crosszone.fastpath.maps_io import GatewayMaps, RouteArrays, encode_host
+from crosszone.fastpath.maps_io import GatewayMaps
+from crosszone.fastpath.sink import program
 
 LOOPBACK = 1  # test runs claim frames arrive on lo; the port is lo too, so forwarding is XDP_TX
 LIVE_BATCH = 64  # frames per live-frames batch (the kernel's default)
@@ -232,18 +234,15 @@ def load_gateway(
     """Load a gateway object and program the bench tables (+ bulk routes, + hosts)."""
     obj = BpfObject.open(BUILD / obj_name)
     maps = GatewayMaps.of(obj)
-    maps.write(tables)
-    if routes is not None:
-        maps.write_route_arrays(routes)
+    entries = encode_tables(tables, [routes] if routes is not None else [])
     if hosts:
-        entries = [
+        entries["hosts"].update(encode_hosts([
             HostEntry(
                 0, ipaddress.IPv4Address(0x0A000000 + i), ipaddress.IPv4Address(HOST_VTEP), MAC_B
             )
             for i in range(hosts)
-        ]
-        keys, vals = zip(*(encode_host(h) for h in entries))
-        maps.maps["hosts"].update_batch(list(keys), list(vals))
+        ]))
+    program(maps, entries)
     return Loaded(obj, maps, "cz_gateway", live)
 
 
@@ -351,12 +350,14 @@ def run_bench(
     r4, r6 = route_arrays4(routes), route_arrays6(routes)
     fwd = Reason.FWD_TO_STORAGE
 
-    # Programming speed: bulk arrays -> the slot table of an empty gateway.
+    # Programming speed: bulk arrays -> the slot table of an empty gateway, by the one path
+    # (encode -> diff -> sink).
     prog = load_gateway("bench_gateway.o", tables)
     assert prog.maps is not None
     t0 = time.perf_counter()
-    n = prog.maps.write_route_arrays(r4)
+    ops = program(prog.maps, {"routes4": encode_route_arrays(r4)[1]})
     secs = time.perf_counter() - t0
+    n = sum(len(op) for op in ops)
     prog.close()
     out({"scenario": "program_routes", "routes": n, "seconds": round(secs, 3),
          "routes_per_s": round(n / secs)})
@@ -372,7 +373,7 @@ def run_bench(
         prog, lpm = gw("bench_gateway", r4), gw("bench_gateway_lpm", r4)
         decap = load_floor(f"bench_floor_decap{sfx}.o", live)
         decap_lpm = load_floor(f"bench_floor_decap_lpm{sfx}.o", live)
-        GatewayMaps.of(decap_lpm.obj).write_route_arrays(r4)
+        program(GatewayMaps.of(decap_lpm.obj), {"routes4": encode_route_arrays(r4)[1]})
         row = measure(raw_floor, vxlan_frame(DST4), floor, prog, fwd, repeat, rounds, lpm,
                       (decap, decap_lpm))
         out({"scenario": "ipv4_decap_1m_routes", "routes": len(r4.plen), **tag, **row})

@@ -16,32 +16,22 @@ An entry that changes value is a put in place (one 8-byte store in a slot table,
 elsewhere), never a delete and a put.
 Array maps cannot delete: entries no longer wanted there are unreachable and stay.
 Operations are batches (`MapOp`: one kind, one map, many entries) so a million-route program is a
-handful of batch syscalls.
+handful of batch syscalls. The entries come from `compile.encode`; `MAP_ORDER` (defined there with
+the map names) is the one write order of every writer: `fastpath attach`, the agent, the test
+runner and the benchmarks all program through `diff_entries` and one sink.
 """
 
 from __future__ import annotations
 
-import ipaddress
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-import numpy as np
+from crosszone.compile.encode import ARRAY_MAPS, MAP_ORDER, Entries, Records, encode_tables
+from crosszone.compile.tables import Tables
 
-from crosszone.abi import layout as L
-from crosszone.compile.tables import HostEntry, Tables
-from crosszone.fastpath import maps_io as mio
-from crosszone.intent.hosts import HostSet
-
-Entries = dict[str, dict[bytes, bytes]]
-
-#: Maps in dependency order: each may point at entries of the maps before it.
-MAP_ORDER: tuple[str, ...] = (
-    "ports", "tx_ports", "nexthops", "ecmp_groups", "hosts", "routes4", "routes6",
-    "sf4", "sf6", "vpcs", "vpc_by_vni", "vtep_allowed", "config",
-)
-#: Array maps: every index exists, so nothing is deleted there.
-ARRAY_MAPS = frozenset({"ports", "tx_ports", "nexthops", "ecmp_groups", "config", "vpcs"})
+__all__ = ["ARRAY_MAPS", "MAP_ORDER", "DictSink", "Entries", "MapOp", "Sink", "apply_to",
+           "count", "diff", "diff_entries", "diff_map"]
 
 
 @dataclass(frozen=True)
@@ -50,144 +40,35 @@ class MapOp:
 
     kind: Literal["put", "delete"]
     map: str
-    keys: list[bytes]
-    values: list[bytes] = field(default_factory=list)
+    keys: Sequence[bytes]  # a list, or an encode.RecordList (one buffer) for a bulk table
+    values: Sequence[bytes] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.keys)
 
 
 class Sink(Protocol):
-    """Whatever performs the operations (the BPF maps; a dict in tests)."""
+    """Whatever performs the operations (the BPF maps: fastpath.sink.MapSink; a dict in tests)."""
 
     def apply(self, op: MapOp) -> None:
         """Perform one batch."""
 
 
-def split(buf: bytes, size: int) -> list[bytes]:
-    """A contiguous buffer of fixed-size records -> the records."""
-    if not buf:
-        return []
-    return np.frombuffer(buf, f"V{size}").tolist()  # type: ignore[no-any-return]  # C loop
-
-
-def encode_route_arrays(arr: mio.RouteArrays) -> tuple[str, dict[bytes, bytes]]:
-    """(map name, entries) of a family's routes given as arrays."""
-    keys, values = arr.encode(lpm=False)
-    n = len(arr.vpc_id)
-    if n == 0:
-        return ("routes4" if arr.family == 4 else "routes6"), {}
-    return ("routes4" if arr.family == 4 else "routes6"), dict(
-        zip(split(keys, len(keys) // n), split(values, len(values) // n)))
-
-
-def encode_tables(t: Tables, extra_routes: Iterable[mio.RouteArrays] = ()) -> Entries:
-    """Every map entry of a gateway programmed with t (plus routes given as arrays)."""
-    e: Entries = {name: {} for name in MAP_ORDER}
-    u32 = mio._u32
-    for p in t.ports:
-        e["ports"][u32(p.index)] = mio.encode_port(p)
-        if p.ifindex:
-            e["tx_ports"][u32(p.index)] = u32(p.ifindex)
-    for n in t.nexthops:
-        e["nexthops"][u32(n.nh_id)] = mio.encode_nexthop(n, t.port_at(n.port))
-    for g in t.groups:
-        e["ecmp_groups"][u32(g.group_id)] = mio.encode_group(g)
-    e["hosts"] = encode_hosts(t.hosts)
-    vpc_of = {v.vni: v.vpc_id for v in t.vpcs}
-    e["vtep_allowed"] = encode_vteps(t.vteps, vpc_of)
-    arrays = [mio.RouteArrays.of(sel) for fam in (4, 6)
-              if (sel := [r for r in t.routes if r.prefix.version == fam])]
-    arrays += list(extra_routes)
-    for arr in arrays:
-        name, entries = encode_route_arrays(arr)
-        e[name].update(entries)
-    for sf in t.storage_facing:
-        k, v = mio.encode_sf(sf)
-        e["sf4" if sf.prefix.version == 4 else "sf6"][k] = v
-    for vpc in t.vpcs:
-        e["vpcs"][u32(vpc.vpc_id)] = mio.encode_vpc(vpc)
-        e["vpc_by_vni"][u32(vpc.vni)] = u32(vpc.vpc_id)
-    e["config"][u32(0)] = mio.encode_config(t)
-    return e
-
-
-_HOST_KEY = np.dtype(L.CzHostKey)
-_HOST = np.dtype(L.CzHost)
-
-
-def encode_hosts(hosts: Sequence[HostEntry]) -> dict[bytes, bytes]:
-    """Host entries, encoded with numpy (struct cz_host_key -> struct cz_host, as
-    `maps_io.encode_host` does one at a time: 100k hosts in ~0.2 s instead of ~2 s)."""
-    n = len(hosts)
-    if n == 0:
-        return {}
-    k = np.zeros(n, _HOST_KEY)
-    v = np.zeros(n, _HOST)
-    k["vpc_id"] = np.fromiter((h.vpc_id for h in hosts), np.uint32, n)
-    k["family"] = np.fromiter((h.addr.version for h in hosts), np.uint32, n)
-    k["addr"] = np.frombuffer(b"".join([h.addr.packed.ljust(16, b"\0") for h in hosts]),
-                              np.uint8).reshape(n, 16)
-    v["vtep"] = np.frombuffer(b"".join([h.vtep.packed for h in hosts]), np.uint8).reshape(n, 4)
-    v["mac"] = np.frombuffer(b"".join([h.mac for h in hosts]), np.uint8).reshape(n, 6)
-    return dict(zip(split(k.tobytes(), _HOST_KEY.itemsize), split(v.tobytes(), _HOST.itemsize)))
-
-
-def encode_host_set(hs: HostSet, vpc_id: np.ndarray, vni: np.ndarray
-                    ) -> tuple[dict[bytes, bytes], dict[bytes, bytes]]:
-    """(hosts entries, vtep_allowed entries) of compact hosts, straight from their arrays.
-
-    vpc_id and vni give, per host, its VPC's id and VNI (the caller maps the VPC names)."""
-    n4, n6 = len(hs.a4), len(hs.hi6)
-    if n4 + n6 == 0:
-        return {}, {}
-    k = np.zeros(n4 + n6, _HOST_KEY)
-    v = np.zeros(n4 + n6, _HOST)
-    owner = np.concatenate([hs.h4, hs.h6])
-    k["vpc_id"] = vpc_id[owner]
-    k["family"][:n4] = 4
-    k["family"][n4:] = 6
-    k["addr"][:n4, :4] = hs.a4.astype(">u4").view(np.uint8).reshape(n4, 4)
-    k["addr"][n4:, :8] = hs.hi6.astype(">u8").view(np.uint8).reshape(n6, 8)
-    k["addr"][n4:, 8:] = hs.lo6.astype(">u8").view(np.uint8).reshape(n6, 8)
-    v["vtep"] = hs.vtep[owner].astype(">u4").view(np.uint8).reshape(-1, 4)
-    v["mac"] = hs.mac[owner].astype(">u8").view(np.uint8).reshape(-1, 8)[:, 2:]
-    hosts = dict(zip(split(k.tobytes(), _HOST_KEY.itemsize), split(v.tobytes(), _HOST.itemsize)))
-    pairs = np.unique((vni.astype(np.uint64) << np.uint64(32)) | hs.vtep.astype(np.uint64))
-    vk = np.zeros(len(pairs), _VTEP_KEY)
-    vk["vni"] = (pairs >> np.uint64(32)).astype(np.uint32)
-    vk["vtep"] = (pairs & np.uint64(0xFFFFFFFF)).astype(">u4").view(np.uint8).reshape(-1, 4)
-    # the value is the VPC id of the pair's VNI
-    vni_to_id = dict(zip(vni.tolist(), vpc_id.tolist()))
-    ids = np.array([vni_to_id[int(x)] for x in (pairs >> np.uint64(32)).tolist()], "<u4")
-    vteps = dict(zip(split(vk.tobytes(), _VTEP_KEY.itemsize), split(ids.tobytes(), 4)))
-    return hosts, vteps
-
-
-_VTEP_KEY = np.dtype(L.CzVtepKey)
-
-
-def encode_vteps(vteps: Iterable[tuple[int, ipaddress.IPv4Address]], vpc_of: dict[int, int]
-                 ) -> dict[bytes, bytes]:
-    """Allowed (VNI, VTEP) -> VPC id entries, encoded with numpy (`maps_io.encode_vtep`)."""
-    pairs = list(vteps)
-    n = len(pairs)
-    if n == 0:
-        return {}
-    k = np.zeros(n, _VTEP_KEY)
-    k["vni"] = np.fromiter((vni for vni, _ in pairs), np.uint32, n)
-    k["vtep"] = np.frombuffer(b"".join([ip.packed for _, ip in pairs]), np.uint8).reshape(n, 4)
-    ids = np.fromiter((vpc_of[vni] for vni, _ in pairs), "<u4", n)
-    return dict(zip(split(k.tobytes(), _VTEP_KEY.itemsize), split(ids.tobytes(), 4)))
-
-
-def diff_map(name: str, old: dict[bytes, bytes], new: dict[bytes, bytes]
+def diff_map(name: str, old: Mapping[bytes, bytes], new: Mapping[bytes, bytes]
              ) -> tuple[MapOp | None, MapOp | None]:
     """(put, delete) batches that turn one map's old entries into new (None when empty)."""
+    if not old:
+        if not new:
+            return None, None
+        if isinstance(new, Records):  # a bulk table into an empty map: its buffers as they are
+            return MapOp("put", name, *new.record_lists()), None
+        return MapOp("put", name, list(new), list(new.values())), None
+    if isinstance(old, Records):
+        old = old.dict
+    if isinstance(new, Records):
+        new = new.dict
     if old is new or old == new:  # one C-level compare, not a Python loop over a million keys
         return None, None
-    if not old:
-        return (MapOp("put", name, list(new), list(new.values())) if new else None), None
     put_k: list[bytes] = []
     put_v: list[bytes] = []
     get = old.get

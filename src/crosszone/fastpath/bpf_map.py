@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import errno as errno_mod
+import mmap
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -373,6 +374,12 @@ class BpfMap:
             v = self.lookup(k)
             if v is not None:
                 yield k, v
+
+    def mmap_values(self) -> mmap.mmap:
+        """The values of a BPF_F_MMAPABLE array mapped into this process, shared and writable
+        (value_size * max_entries bytes, rounded up to whole pages)."""
+        size = -(-(self.value_size * self.max_entries) // mmap.PAGESIZE) * mmap.PAGESIZE
+        return mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
 
     def pin(self, path: str | Path) -> None:
         """Pin this map at a bpffs path."""

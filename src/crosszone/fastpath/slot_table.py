@@ -21,14 +21,14 @@ same pinned map agree, and an agent that restarts reads what is there. One write
 from __future__ import annotations
 
 import errno
-import mmap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
 from crosszone.abi import layout as L
-from crosszone.fastpath.bpf_map import BpfMap
+from crosszone.compile import encode as enc
 from crosszone.fastpath.libbpf_abi import BpfError
 
 EMPTY = np.uint64(0)
@@ -68,7 +68,7 @@ class Kind:
         if self.name == "routes4":
             out[:, 0] = word | keys["addr"].astype(np.uint64)
         else:
-            out[:, 0], out[:, 1], out[:, 2] = word, keys["hi"], keys["lo"]
+            out[:, 0], out[:, 1:] = word, keys["addr"]
         return out
 
     def unpack(self, packed: np.ndarray) -> np.ndarray:
@@ -84,7 +84,7 @@ class Kind:
         if self.name == "routes4":
             keys["addr"] = w & np.uint64(0xFFFFFFFF)
         else:
-            keys["hi"], keys["lo"] = packed[:, 1], packed[:, 2]
+            keys["addr"] = packed[:, 1:3]
         return keys
 
     @property
@@ -100,19 +100,44 @@ class Kind:
                         self.bits)
 
 
-ROUTE = np.dtype(L.CzRoute)  # the value of both route tables
+def as_loaded(dtype: np.dtype) -> np.dtype:
+    """A key layout with its big-endian (network order) fields read as little-endian words.
 
-# Addresses are raw bytes in C (network order in memory): "<u4"/"<u8" views load them the way
-# the fast path does, so the packed words equal what the program computes from a packet.
-ROUTES4 = Kind("routes4", "route4_slots",
-               np.dtype([("vpc_id", "<u4"), ("plen", "<u4"), ("addr", "<u4")]),
-               ROUTE, 2, L.CZ_ROUTE4_SLOT_BITS, L.CZ_MAX_ROUTES4)
-ROUTES6 = Kind("routes6", "route6_slots",
-               np.dtype([("vpc_id", "<u4"), ("plen", "<u4"), ("hi", "<u8"), ("lo", "<u8")]),
-               ROUTE, 4, L.CZ_ROUTE6_SLOT_BITS, L.CZ_MAX_ROUTES6)
-VTEPS = Kind("vtep_allowed", "vtep_slots", np.dtype([("vni", "<u4"), ("vtep", "<u4")]),
-             np.dtype([("vpc_id", "<u4")]), 2, L.CZ_VTEP_SLOT_BITS, L.CZ_MAX_VTEPS)
+    Addresses are network order in memory; the fast path packs them as it loads them from the
+    packet, a little-endian word on x86. The same bytes seen through this view give the words
+    the program computes, so the slot keys are the encoder's keys (`compile.encode`, derived
+    from the mirrors in abi/layout.py) with no layout declared here."""
+    names = list(dtype.names or ())
+    fields = dtype.fields or {}
+
+    def le(t: np.dtype) -> np.dtype:
+        if t.subdtype is not None:
+            return np.dtype((t.subdtype[0].newbyteorder("<"), t.subdtype[1]))
+        return t.newbyteorder("<")
+    return np.dtype({"names": names, "formats": [le(fields[n][0]) for n in names],
+                     "offsets": [fields[n][1] for n in names], "itemsize": dtype.itemsize})
+
+
+ROUTE = enc.ROUTE  # the value of both route tables
+
+ROUTES4 = Kind("routes4", "route4_slots", as_loaded(enc.ROUTE4_KEY), ROUTE, 2,
+               L.CZ_ROUTE4_SLOT_BITS, L.CZ_MAX_ROUTES4)
+ROUTES6 = Kind("routes6", "route6_slots", as_loaded(enc.ROUTE6_KEY), ROUTE, 4,
+               L.CZ_ROUTE6_SLOT_BITS, L.CZ_MAX_ROUTES6)
+VTEPS = Kind("vtep_allowed", "vtep_slots", as_loaded(enc.VTEP_KEY), enc.U32, 2,
+             L.CZ_VTEP_SLOT_BITS, L.CZ_MAX_VTEPS)
 KINDS = (ROUTES4, ROUTES6, VTEPS)
+
+
+class ArrayTable(Protocol):
+    """What a slot table needs of its BPF array: a `BpfMap`, or a `testing.fake_maps.FakeMap`."""
+
+    name: str
+    value_size: int
+    max_entries: int
+
+    def mmap_values(self) -> Any:
+        """The array's values as a writable buffer shared with the fast path."""
 
 
 def _records(data: bytes | Sequence[bytes], dtype: np.dtype, what: str) -> np.ndarray:
@@ -126,7 +151,7 @@ def _records(data: bytes | Sequence[bytes], dtype: np.dtype, what: str) -> np.nd
 class SlotMap:
     """A logical exact-match map (BpfMap-like) stored in a slot table."""
 
-    def __init__(self, kind: Kind, table: BpfMap) -> None:
+    def __init__(self, kind: Kind, table: ArrayTable) -> None:
         want = (kind.words * 8, kind.slots + L.CZ_SLOT_PROBES)
         if (table.value_size, table.max_entries) != want:
             raise BpfError(errno.EINVAL, "slot table", table.name,
@@ -153,9 +178,7 @@ class SlotMap:
         would fault in every page a scan touches again); the mapping holds the map, and its
         memory, until `close` or until this object is freed."""
         if self._view is None:
-            size = -(-self._bytes // mmap.PAGESIZE) * mmap.PAGESIZE
-            mm = mmap.mmap(self.table.fd, size, mmap.MAP_SHARED,
-                           mmap.PROT_READ | mmap.PROT_WRITE)
+            mm = self.table.mmap_values()
             self._view = np.frombuffer(mm, np.uint64, self._bytes // 8).reshape(
                 -1, self.kind.words)
         return self._view
@@ -307,9 +330,9 @@ class SlotMap:
         return rows - self.kind.home(packed)  # type: ignore[no-any-return]
 
 
-def wrap(maps: dict[str, BpfMap]) -> dict[str, BpfMap | SlotMap]:
+def wrap(maps: Mapping[str, Any]) -> dict[str, Any]:
     """maps with each slot table also reachable as the logical map it holds."""
-    out: dict[str, BpfMap | SlotMap] = dict(maps)
+    out: dict[str, Any] = dict(maps)
     for kind in KINDS:
         if kind.table in maps:
             out[kind.name] = SlotMap(kind, maps[kind.table])

@@ -7,6 +7,7 @@ record (CZ_CFG_TRACE), so the process is pinned to one CPU while it runs frames.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -14,9 +15,11 @@ from pathlib import Path
 from crosszone.abi import layout
 from crosszone.abi.objects import object_path
 from crosszone.abi.reasons import Reason, XdpAction
+from crosszone.compile.encode import bind_ports, encode_tables
 from crosszone.compile.tables import Port, Tables
 from crosszone.fastpath.libbpf import BpfObject, xdp_ctx
-from crosszone.fastpath.maps_io import GatewayMaps, bind_ports
+from crosszone.fastpath.maps_io import GatewayMaps
+from crosszone.fastpath.sink import program
 from crosszone.fastpath.testing.model import Result
 
 LOOPBACK_IFINDEX = 1
@@ -53,9 +56,11 @@ class TestRunner:
         self.tables = bind_ports(tables, ifindex_of or test_ifindexes(tables))
         self.obj = BpfObject.open(obj_path or default_object())
         self.maps = GatewayMaps.of(self.obj)
-        # Devmap slots must name a real device; lo is always there and is never sent to.
-        self.maps.write(self.tables, devmap_ifindex=lambda p: LOOPBACK_IFINDEX)
-        self.maps.set_flags(self.tables, layout.CZ_CFG_TRACE)
+        # Devmap slots must name a real device; lo is always there and is never sent to. The
+        # trace flag makes the program leave the reason and port of each frame.
+        traced = dataclasses.replace(self.tables, flags=layout.CZ_CFG_TRACE,
+                                     _index={})
+        program(self.maps, encode_tables(traced, devmap_ifindex=lambda p: LOOPBACK_IFINDEX))
         self.prog = self.obj.program("cz_gateway")
         self.ingress_ifindex = ingress_ifindex
         self.cpu = sorted(os.sched_getaffinity(0))[0]

@@ -1,8 +1,10 @@
-"""The adapter that applies map operations to a gateway's pinned BPF maps, and reads them back.
+"""The one sink: applies map operations to a gateway's BPF maps, and reads them back.
 
-This is the only place the agent touches the kernel's tables: `compile.diff` plans, `MapSink`
-performs. Batches go through bpf_map_update_batch/delete_batch (libbpf falls back to one call per
-entry for map types without batch support, e.g. the devmap).
+Every writer of the maps programs through here, in one order: compile -> `compile.encode` ->
+`compile.diff.diff_entries(old, new)` -> `MapSink.apply` (`program` does the last two steps).
+`fastpath attach`, the agent, the test runner and the benchmarks all use it: the diff plans,
+`MapSink` performs. Batches go through bpf_map_update_batch/delete_batch (libbpf falls back to
+one call per entry for map types without batch support, e.g. the devmap).
 
 The devmap (`tx_ports`) is written from inside the gateway's network namespace: the kernel
 resolves a devmap value's ifindex in the namespace of the process that writes it, so a write
@@ -11,11 +13,12 @@ from the root namespace would point the slot at whatever device has that index t
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from crosszone.compile.diff import ARRAY_MAPS, MAP_ORDER, Entries, MapOp, split
+from crosszone.compile.diff import ARRAY_MAPS, MAP_ORDER, Entries, MapOp, diff_entries
+from crosszone.compile.encode import RecordList, split
 from crosszone.fastpath.maps_io import GatewayMaps
 from crosszone.linux.netns import in_netns
 
@@ -45,11 +48,11 @@ class MapSink:
             if len(op) == 1:
                 m.update(op.keys[0], op.values[0])
             else:
-                m.update_batch(b"".join(op.keys), b"".join(op.values))
+                m.update_batch(_joined(op.keys), _joined(op.values))
         elif len(op) == 1:
             m.delete(op.keys[0])
         else:
-            m.delete_batch(b"".join(op.keys))
+            m.delete_batch(_joined(op.keys))
         self.entries_written += len(op)
 
     def read(self, wanted: Entries, names: Iterable[str] = MAP_ORDER) -> Entries:
@@ -79,6 +82,22 @@ class MapSink:
 
 
 _FEW = 64
+
+
+def _joined(records: Sequence[bytes]) -> bytes:
+    """One contiguous buffer of a batch's records (a RecordList is one already)."""
+    return records.buffer if isinstance(records, RecordList) else b"".join(records)
+
+
+def program(maps: GatewayMaps | MapSink, new: Entries, old: Entries | None = None,
+            netns: str | None = None) -> list[MapOp]:
+    """Turn the maps holding old (None: empty maps) into new: diff, then apply each batch in
+    make-before-break order. Returns the operations performed."""
+    sink = maps if isinstance(maps, MapSink) else MapSink(maps, netns)
+    ops = diff_entries(old or {}, new)
+    for op in ops:
+        sink.apply(op)
+    return ops
 
 
 def _records(dump: tuple[bytes, bytes, int], ks: int, stride: int, size: int

@@ -29,9 +29,9 @@ from scapy.layers.vxlan import VXLAN
 from scapy.packet import Packet, Raw
 
 from crosszone.abi.reasons import Reason, XdpAction
-from crosszone.compile.tables import Tables, compile_intent
+from crosszone.compile.tables import Tables, compile_tables
 from crosszone.fastpath.testing.model import flow_hash
-from crosszone.intent.loader import load_intent
+from crosszone.intent.cluster import load_cluster
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gateway.yaml"
 GW_VTEP = "10.0.0.100"
@@ -49,7 +49,7 @@ PAYLOAD = Raw(b"crosszone fixture payload " * 4)
 @cache
 def tables() -> Tables:
     """The example intent's tables (ports unbound: the runners bind them)."""
-    return compile_intent(load_intent(EXAMPLE).intent)
+    return compile_tables(load_cluster(EXAMPLE), "gw-a")
 
 
 def translate(addr: str, vni: int, back: bool = False) -> str:

@@ -32,14 +32,13 @@ from crosszone.agent.agent import default_state_file, ifindex_in
 from crosszone.agent.sink import MapSink
 from crosszone.compile.diff import ARRAY_MAPS, Entries
 from crosszone.compile.gateway import Ids, compile_gateway
-from crosszone.compile.tables import compile_intent
+from crosszone.compile.tables import compile_tables
 from crosszone.control.service import Controller
 from crosszone.fastpath import deploy
 from crosszone.fastpath.libbpf import xdp_query_prog_id
 from crosszone.fastpath.maps_io import bind_ports
 from crosszone.fastpath.testing import model
-from crosszone.intent.cluster import parse_cluster
-from crosszone.intent.loader import load_intent
+from crosszone.intent.cluster import load_cluster, parse_cluster
 from crosszone.linux.netns import in_netns
 from crosszone.store.sqlite_store import SqliteStore
 
@@ -193,7 +192,7 @@ def _expected(intent: Path, netns: str, sent: bytes, got: bytes) -> bytes:
     i = frame.index(MAGIC) + len(MAGIC)
     frame[i : i + 8] = got[at : at + 8]
     with in_netns(netns):
-        bound = bind_ports(compile_intent(load_intent(intent).intent), socket.if_nametoindex)
+        bound = bind_ports(compile_tables(load_cluster(intent), "gw-a"), socket.if_nametoindex)
         ingress = socket.if_nametoindex("c0" if frame[36:38] == b"\x12\xb5" else "s0")
     out = model.process(bytes(frame), bound, ingress).data
     assert out is not None

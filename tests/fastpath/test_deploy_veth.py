@@ -11,12 +11,12 @@ import pytest
 from scapy.layers.inet import IP, TCP
 from scapy.packet import Raw
 
-from crosszone.compile.tables import compile_intent
+from crosszone.compile.tables import compile_tables
 from crosszone.fastpath import deploy
 from crosszone.fastpath.libbpf import xdp_query_prog_id
 from crosszone.fastpath.maps_io import bind_ports
 from crosszone.fastpath.testing import model
-from crosszone.intent.loader import load_intent
+from crosszone.intent.cluster import load_cluster
 from crosszone.linux.netns import in_netns
 
 from packet_fixtures import storage_reply, vxlan
@@ -58,7 +58,7 @@ class Port:
 
 def _expected(intent: Path, netns: str, frame: bytes) -> model.Result:
     with in_netns(netns):
-        bound = bind_ports(compile_intent(load_intent(intent).intent), socket.if_nametoindex)
+        bound = bind_ports(compile_tables(load_cluster(intent), "gw-a"), socket.if_nametoindex)
         ingress = socket.if_nametoindex("c0" if b"\x12\xb5" in frame[34:38] else "s0")
     return model.process(frame, bound, ingress)
 

@@ -7,9 +7,9 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import Ether
 
 from crosszone.abi.reasons import Reason
-from crosszone.compile.tables import compile_intent
+from crosszone.compile.tables import compile_tables
 from crosszone.fastpath.testing.testrun import TestRunner
-from crosszone.intent.loader import parse_intent
+from crosszone.intent.cluster import parse_cluster
 
 from packet_fixtures import EXAMPLE, vxlan
 
@@ -21,7 +21,7 @@ def _tables(n_nexthops):
         {"name": f"st-r{i}", "interface": "storage0", "mac": f"02:00:00:00:30:{i:02x}"}
         for i in range(1, n_nexthops + 1)
     ]
-    return compile_intent(parse_intent(yaml.safe_dump(doc), "ecmp.yaml"))
+    return compile_tables(parse_cluster(yaml.safe_dump(doc), "ecmp.yaml"), "gw-a")
 
 
 def _flows():

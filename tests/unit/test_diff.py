@@ -11,9 +11,9 @@ import yaml
 from crosszone.agent.reconcile import Reconciler
 from crosszone.compile.diff import DictSink, apply_to, count, diff, diff_entries
 from crosszone.compile.gateway import Ids, compile_gateway
-from crosszone.compile.tables import compile_intent
+from crosszone.compile.tables import compile_tables
 from crosszone.fastpath import maps_io as mio
-from crosszone.intent.cluster import for_gateway, load_cluster, parse_cluster, to_document
+from crosszone.intent.cluster import load_cluster, parse_cluster, to_document
 from crosszone.store.objects import diff_objects, split_cluster
 from crosszone.store.store import Event
 
@@ -55,12 +55,12 @@ def _invariants(step: dict, old: dict, new: dict) -> None:
 
 
 def test_same_intent_no_ops() -> None:
-    t = compile_intent(for_gateway(load_cluster(CLUSTER), "gw-a"))
+    t = compile_tables(load_cluster(CLUSTER), "gw-a")
     assert diff(t, t) == []
 
 
 def test_empty_gateway_all_puts_in_dependency_order() -> None:
-    t = compile_intent(for_gateway(load_cluster(CLUSTER), "gw-a"))
+    t = compile_tables(load_cluster(CLUSTER), "gw-a")
     ops = diff(None, t)
     order = [op.map for op in ops]
     assert order.index("ecmp_groups") < order.index("routes4") < order.index("vpc_by_vni")
@@ -131,10 +131,10 @@ def test_random_changes_keep_invariants_and_reach_target(seed: int) -> None:
     assert same_state(state, b.entries)
 
 
-def test_compile_gateway_matches_compile_intent() -> None:
+def test_compile_gateway_matches_compile_tables() -> None:
     c = load_cluster(CLUSTER)
     for gw in ("gw-a", "gw-b"):
-        ref = mio.bind_ports(compile_intent(for_gateway(c, gw)), IFX)
+        ref = mio.bind_ports(compile_tables(c, gw), IFX)
         from crosszone.compile.diff import encode_tables
         assert compile_gateway(c, gw, IFX).entries == encode_tables(ref)
 

@@ -1,4 +1,5 @@
-"""Intent version 2 (cluster): valid files, one precise error per kind of mistake, and fuzzing."""
+"""The intent (version 2, and version 1 migrated): valid files, one precise error per kind of
+mistake, and fuzzing."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crosszone.intent.cluster import for_gateway, load_cluster, parse_cluster, to_document
+from crosszone.compile.tables import compile_tables
+from crosszone.intent.cluster import load_cluster, migrate_v1, parse_cluster, to_document
 from crosszone.intent.errors import InvalidIntentError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,11 +33,13 @@ def test_example_is_valid() -> None:
 def test_version1_files_still_load_as_one_gateway() -> None:
     c = load_cluster(V1)
     assert [g.name for g in c.gateways] == ["gw-a"]
-    # The same tables as version 1's own path.
-    from crosszone.compile.tables import compile_intent
-    from crosszone.intent.loader import load_intent
-
-    assert compile_intent(for_gateway(c, "gw-a")) == compile_intent(load_intent(V1).intent)
+    assert c.version == 2 and c.gateways[0].bgp is None
+    # Migrated to a plain version-2 document, which validates to the same cluster and tables.
+    migrated = migrate_v1(yaml.safe_load(V1.read_text()))
+    assert migrated["version"] == 2 and "gateway" not in migrated
+    again = parse_cluster(yaml.safe_dump(migrated), "m.yaml")
+    assert again == c
+    assert compile_tables(again, "gw-a") == compile_tables(c, "gw-a")
 
 
 def test_document_round_trip() -> None:
@@ -204,7 +208,8 @@ def test_compact_hosts_compile_like_verbose_ones() -> None:
     ev = compile_gateway(verbose, "gw-a", lambda n: 1).entries
     ec = compile_gateway(compact, "gw-a", lambda n: 1).entries
     assert ev == ec
-    assert for_gateway(compact, "gw-b").hosts == for_gateway(verbose, "gw-b").hosts
+    tc, tv = compile_tables(compact, "gw-b"), compile_tables(verbose, "gw-b")
+    assert tc.hosts == tv.hosts and tc.vteps == tv.vteps
     assert parse_cluster(yaml.safe_dump(to_document(compact))) == compact
     objs = split_cluster(compact)
     assert any(k.startswith("hosts/") for k in objs)

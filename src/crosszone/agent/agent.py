@@ -211,9 +211,8 @@ def ensure_attached(store: Store, gateway: str, pin_dir: Path, netns: str | None
     reconcile then writes exactly the difference between those maps and the desired state.
     With reattach, the program is loaded and attached again even when pinned (an upgrade:
     the new program takes over the live maps). Returns whether a program was attached."""
-    from crosszone.compile.tables import compile_intent
+    from crosszone.compile.tables import compile_tables
     from crosszone.fastpath import deploy
-    from crosszone.intent.cluster import for_gateway
     from crosszone.store.objects import join_objects
 
     if not reattach and (pin_dir / "maps").is_dir() and (pin_dir / "prog").exists():
@@ -230,7 +229,7 @@ def ensure_attached(store: Store, gateway: str, pin_dir: Path, netns: str | None
     # Only the interfaces matter here (write_tables=False), so the core intent (no pool
     # prefixes) is enough; the chunks are parsed by the reconcile.
     core = {k[len(INTENT):]: v for k, v in objs.items() if k == INTENT + CORE}
-    tables = compile_intent(for_gateway(join_objects(core), gateway, core=True))
+    tables = compile_tables(join_objects(core), gateway, core=True)
     deploy.attach_tables(tables, pin_dir, netns, write_tables=False)
     return True
 

@@ -25,7 +25,7 @@ from crosszone.compile.diff import Entries, MapOp, Sink, apply_to, count, diff_e
 from crosszone.compile.gateway import Desired, Ids, compile_gateway, route_delta
 from crosszone.intent.errors import InvalidIntentError
 from crosszone.intent.prefixes import PrefixSet
-from crosszone.intent.schema_v2 import Cluster
+from crosszone.intent.schema import Cluster
 from crosszone.store.objects import POOL, concat, join_objects, parse_chunk
 from crosszone.store.store import Event
 

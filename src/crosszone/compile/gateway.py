@@ -1,6 +1,6 @@
 """What one gateway's maps should hold for a cluster: compile with stable ids, and route deltas.
 
-`compile_intent` numbers VPCs by VNI order and groups and next hops by position, so adding a VPC
+`compile_tables` numbers VPCs by VNI order and groups and next hops by position, so adding a VPC
 with a low VNI would renumber every other VPC: each of its routes would be rewritten under a new
 key, and for a moment two tenants could share an id. The agent therefore keeps an `Ids` map
 (name -> id, persisted next to the pins) and renumbers the compiled tables onto it: names keep
@@ -27,11 +27,10 @@ from crosszone.compile.diff import (
     encode_route_arrays,
     encode_tables,
 )
-from crosszone.compile.tables import Tables, Vpc, compile_intent
+from crosszone.compile.tables import Tables, Vpc, compile_tables
 from crosszone.fastpath import maps_io as mio
-from crosszone.intent.cluster import for_gateway
 from crosszone.intent.prefixes import PrefixSet
-from crosszone.intent.schema_v2 import Cluster
+from crosszone.intent.schema import Cluster
 
 
 @dataclass
@@ -116,7 +115,7 @@ def pool_route_arrays(vpc_id: int, group: int, p: PrefixSet) -> tuple[mio.RouteA
 def compile_gateway(c: Cluster, gateway: str, ifindex_of: Callable[[str], int],
                     ids: Ids | None = None) -> Desired:
     """The entries gateway's maps must hold for cluster c, on stable ids."""
-    t = mio.bind_ports(compile_intent(for_gateway(c, gateway, core=True)), ifindex_of)
+    t = mio.bind_ports(compile_tables(c, gateway, core=True), ifindex_of)
     old = ids or Ids()
     ids = Ids(_assign([v.name for v in t.vpcs], old.vpcs),
               _assign([g.name for g in t.groups], old.groups),

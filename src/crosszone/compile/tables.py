@@ -1,8 +1,8 @@
-"""Compile a validated intent into the fast path's table entries: a pure function.
+"""Compile a validated cluster, for one of its gateways, into the fast path's table entries.
 
-The result, `Tables`, is the one description of the data plane's state. The BPF map writer
-(`crosszone.fastpath.maps_io`) encodes it into the maps; the reference model
-(`crosszone.fastpath.testing.model`) executes it directly. Same tables in, same packets out.
+`compile_tables(cluster, gateway)` is a pure function. Its result, `Tables`, is the one
+description of the data plane's state: the encoder turns it into map entries, and the reference
+model (`crosszone.fastpath.testing.model`) executes it directly. Same tables in, same packets out.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 
 from crosszone.abi import layout
 from crosszone.compile.ecmp import rendezvous_buckets
-from crosszone.intent.schema import Intent
-from crosszone.intent.validate import vpc_routes
+from crosszone.intent.schema import Cluster
 
 Net = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -156,9 +155,33 @@ def _v6(net: Net | None) -> ipaddress.IPv6Network | None:
     return net
 
 
-def compile_intent(intent: Intent) -> Tables:
-    """Intent -> Tables. Deterministic: the same intent always gives equal tables."""
-    gw = intent.gateway
+def _host_entries(c: Cluster, vpc_id_of: dict[str, int], vni_of: dict[str, int], core: bool
+                  ) -> tuple[tuple[HostEntry, ...], frozenset[tuple[int, ipaddress.IPv4Address]]]:
+    """Host entries and (VNI, VTEP) pairs: the verbose hosts, then the compact ones unless core."""
+    hosts = [HostEntry(vpc_id_of[h.vpc], addr, h.vtep, mac_bytes(h.mac))
+             for h in c.hosts for addr in h.addresses]
+    vteps = {(vni_of[h.vpc], h.vtep) for h in c.hosts}
+    hs = c.hosts_compact
+    if not core and len(hs):
+        # one object per host: fine for the small sets compiled this way (the agent compiles
+        # with core=True and encodes the compact hosts from their arrays)
+        macs = hs.mac.tolist()
+        for i in range(len(hs)):
+            vtep = ipaddress.IPv4Address(int(hs.vtep[i]))
+            mac = int(macs[i]).to_bytes(6, "big")
+            hosts += [HostEntry(vpc_id_of[hs.vpcs[i]], addr, vtep, mac)
+                      for addr in hs.addresses_of(i)]
+            vteps.add((vni_of[hs.vpcs[i]], vtep))
+    return tuple(hosts), frozenset(vteps)
+
+
+def compile_tables(c: Cluster, gateway: str, core: bool = False) -> Tables:
+    """(Cluster, gateway name) -> Tables (KeyError if the cluster has no such gateway).
+
+    Deterministic: the same cluster always gives equal tables. core=True leaves the storage
+    pools' prefixes and the compact hosts out: `compile.gateway.compile_gateway` compiles those
+    from their numpy arrays, a million routes never becoming Python objects."""
+    gw = c.gateway(gateway)
     ports = tuple(
         Port(
             index=i,
@@ -175,7 +198,7 @@ def compile_intent(intent: Intent) -> Tables:
     nexthops: list[Nexthop] = []
     groups: list[Group] = []
     group_of: dict[str, int] = {}
-    for g, pool in enumerate(intent.storage_pools):
+    for g, pool in enumerate(c.storage_pools):
         members = []
         for nh in pool.next_hops:
             nexthops.append(
@@ -190,23 +213,28 @@ def compile_intent(intent: Intent) -> Tables:
         buckets = rendezvous_buckets([(m.name, m.nh_id) for m in members], layout.CZ_ECMP_BUCKETS)
         groups.append(Group(g, pool.name, tuple(m.nh_id for m in members), buckets))
         group_of[pool.name] = g
+    # A VPC's routes: a forward route to every prefix of its pools, then its own routes.
+    pool_nets: dict[str, list[Net]] = {
+        p.name: [] if core else p.prefixes.networks() for p in c.storage_pools
+    }
+    forward = ACTIONS["forward"]
 
     vpcs: list[Vpc] = []
     routes: list[Route] = []
     sfs: list[StorageFacing] = []
     vpc_id_of: dict[str, int] = {}
     # VPC ids follow VNI order so that they do not depend on the order of the file.
-    for vpc_id, v in enumerate(sorted(intent.vpcs, key=lambda v: v.vni)):
+    for vpc_id, v in enumerate(sorted(c.vpcs, key=lambda v: v.vni)):
         vpc_id_of[v.name] = vpc_id
         own: dict[int, Net] = {n.version: n for n in v.prefixes}
         identity = v.storage_facing == "identity"
         sf: dict[int, Net] = (
             own if isinstance(v.storage_facing, str) else {n.version: n for n in v.storage_facing}
         )
-        vroutes = [
-            Route(vpc_id, net, ACTIONS[action], group_of[pool] if pool else 0)
-            for net, action, pool, _ in vpc_routes(intent, v)
-        ]
+        vroutes = [Route(vpc_id, net, forward, group_of[name])
+                   for name in v.storage_pools for net in pool_nets[name]]
+        vroutes += [Route(vpc_id, r.prefix, ACTIONS[r.action], group_of[r.pool] if r.pool else 0)
+                    for r in v.routes]
         routes.extend(vroutes)
         plens4 = tuple(
             sorted({r.prefix.prefixlen for r in vroutes if r.prefix.version == 4}, reverse=True)
@@ -233,13 +261,7 @@ def compile_intent(intent: Intent) -> Tables:
         for fam in sorted(own):
             sfs.append(StorageFacing(sf[fam], vpc_id, v.vni, own[fam], router_mac, identity))
 
-    vni_of = {v.name: v.vni for v in intent.vpcs}
-    hosts = tuple(
-        HostEntry(vpc_id_of[h.vpc], addr, h.vtep, mac_bytes(h.mac))
-        for h in intent.hosts
-        for addr in h.addresses
-    )
-    vteps = frozenset((vni_of[h.vpc], h.vtep) for h in intent.hosts)
+    hosts, vteps = _host_entries(c, vpc_id_of, {v.name: v.vni for v in c.vpcs}, core)
     return Tables(
         vtep=gw.vtep,
         compute_port=compute_port,

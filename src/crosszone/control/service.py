@@ -17,13 +17,12 @@ import numpy as np
 
 from crosszone.compile.diff import diff_entries
 from crosszone.compile.gateway import compile_gateway
+from crosszone.intent.checks import IntentProblem, as_error, check_cluster
 from crosszone.intent.cluster import parse_cluster, to_document
-from crosszone.intent.cluster_checks import check_cluster
 from crosszone.intent.errors import InvalidIntentError
 from crosszone.intent.hosts import HostSet
 from crosszone.intent.prefixes import PrefixError, PrefixSet, member_sorted, parse_block
-from crosszone.intent.schema_v2 import Cluster
-from crosszone.intent.validate import IntentProblem, as_error
+from crosszone.intent.schema import Cluster
 from crosszone.store.objects import (
     POOL,
     chunk_of4,

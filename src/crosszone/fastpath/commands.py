@@ -36,12 +36,16 @@ def run_cmd(
         "--model",
         help="Use the Python reference model instead of the kernel program (no root needed).",
     ),
+    gateway: str = typer.Option(
+        "", "--gateway", help="Gateway of the intent to run (needed when it has several)."
+    ),
 ) -> None:
     """Run every packet of a pcap through the real program with an intent's tables."""
     from crosszone.fastpath.testing.pcap_run import run_pcap
 
     try:
-        rows = run_pcap(intent, pcap, out, ingress=ingress or None, use_model=model)
+        rows = run_pcap(intent, pcap, out, ingress=ingress or None, use_model=model,
+                        gateway=gateway or None)
     except InvalidIntentError as exc:
         _fail(str(exc))
         return
@@ -73,12 +77,15 @@ def attach_cmd(
     intent: Path = typer.Option(..., "--intent"),
     pin_dir: Path = typer.Option(..., "--pin-dir", help="bpffs directory for the pins."),
     netns: str = typer.Option("", "--netns", help="Network namespace of the interfaces."),
+    gateway: str = typer.Option(
+        "", "--gateway", help="Gateway of the intent to attach (needed when it has several)."
+    ),
 ) -> None:
     """Load the fast path, program it from an intent and attach it to the gateway's ports."""
     from crosszone.fastpath.deploy import attach
 
     try:
-        bound = attach(intent, pin_dir, netns or None)
+        bound = attach(intent, pin_dir, netns or None, gateway=gateway or None)
     except InvalidIntentError as exc:
         _fail(str(exc))
         return

@@ -19,7 +19,7 @@ from pathlib import Path
 from pyroute2 import IPRoute
 
 from crosszone.abi.objects import BUILD_DIR
-from crosszone.compile.tables import Tables, compile_intent
+from crosszone.compile.tables import Tables, compile_tables
 from crosszone.fastpath.libbpf import (
     BpfMap,
     BpfObject,
@@ -29,7 +29,7 @@ from crosszone.fastpath.libbpf import (
     xdp_query_prog_id,
 )
 from crosszone.fastpath.maps_io import GatewayMaps, bind_ports
-from crosszone.intent.loader import load_intent
+from crosszone.intent.cluster import load_cluster, only_gateway
 from crosszone.linux.netns import in_netns, named_netns
 
 STATE_DIR = Path("/run/crosszone/fastpath")
@@ -103,9 +103,14 @@ def attach(
     pin_dir: str | Path,
     netns: str | None = None,
     obj_path: str | Path | None = None,
+    gateway: str | None = None,
 ) -> Tables:
-    """Load, program, attach and pin the gateway for an intent; returns the bound tables."""
-    return attach_tables(compile_intent(load_intent(intent_path).intent), pin_dir, netns, obj_path)
+    """Load, program, attach and pin a gateway of an intent file; returns the bound tables.
+
+    gateway names the gateway to program; it may be left out when the file has only one."""
+    c = load_cluster(intent_path)
+    name = only_gateway(c, gateway, str(intent_path))
+    return attach_tables(compile_tables(c, name), pin_dir, netns, obj_path)
 
 
 def attach_tables(

@@ -1,12 +1,11 @@
-"""Read a cluster intent (version 2, or version 1 migrated) and project it onto one gateway.
+"""Read an intent file of either version into the one model, a frozen `Cluster`.
 
-`parse_cluster` is the one entry point of the control plane: YAML -> schema -> cross checks ->
-frozen `Cluster`, every failure an `InvalidIntentError` with file, line, object and field.
-A version-1 file is read as a one-gateway cluster (its checks are version 1's, so every file that
-was valid stays valid) and `migrate_v1` prints its version-2 form.
-
-`for_gateway` gives the version-1 `Intent` one gateway programs, so `compile_intent` stays the
-one compiler; `core=True` leaves the pools' prefixes out (the agent compiles those with numpy).
+`parse_cluster` is the one entry point: YAML -> (version 1: `migrate_v1`, a plain document) ->
+schema -> `check_cluster` -> frozen `Cluster`, every failure an `InvalidIntentError` with file,
+line, object and field. A version-1 file is migrated to a version-2 document before anything
+validates it, so both versions go through the same schema and the same checker; a problem in a
+version-1 file is still reported where that file has it (`gateway.interfaces[0]`, not
+`gateways[0].interfaces[0]`). `crosszone intent migrate` prints the migrated form.
 """
 
 from __future__ import annotations
@@ -17,78 +16,78 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from crosszone.intent.cluster_checks import check_cluster
+from crosszone.intent.checks import IntentProblem, check_cluster, format_loc
 from crosszone.intent.errors import InvalidIntentError
-from crosszone.intent.hosts import HostError, HostSet, parse_hosts
-from crosszone.intent.loader import _line_of, parse_intent, read_intent_text, validation_problem
-from crosszone.intent.schema import Gateway, Host, Intent, StoragePool
-from crosszone.intent.schema_v2 import Cluster, GatewayV2, StoragePoolV2
-from crosszone.intent.validate import IntentProblem, as_error, format_loc
+from crosszone.intent.hosts import HostError, parse_hosts
+from crosszone.intent.loader import (
+    Loader,
+    block_line,
+    compose,
+    host_block_error,
+    line_in_block,
+    line_of,
+    read_intent_text,
+    validation_problem,
+)
+from crosszone.intent.schema import Cluster
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _compose(text: str) -> yaml.Node | None:
-    """The YAML node tree (only built when an error needs a line number)."""
-    try:
-        return yaml.compose(text, Loader=_Loader)
-    except (yaml.YAMLError, RecursionError):
-        return None
-
-
-def _line_in_block(root: yaml.Node | None, loc: tuple[Any, ...], msg: str) -> int | None:
-    """Line of a bad token inside a compact prefix block ('prefix #N ...'), else of the field."""
-    line = _line_of(root, loc) if root is not None else None
-    node = root
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            node = next((v for k, v in node.value if getattr(k, "value", None) == part), None)
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(
-                node.value):
-            node = node.value[part]
-        else:
-            node = None
-    if isinstance(node, yaml.ScalarNode) and "prefix #" in msg and line is not None:
-        try:
-            index = int(msg.split("prefix #", 1)[1].split()[0])
-        except ValueError:
-            return line
-        before = " ".join(str(node.value).split()[:index])
-        lines_before = str(node.value)[: len(before) + 1].count("\n")
-        return line + lines_before + (1 if node.style in ("|", ">") else 0)
-    return line
+Loc = tuple[Any, ...]
+# What a version-1 document may hold; the rest of version 2 (several gateways, BGP, compact
+# hosts and prefix blocks, policy) is rejected in a version-1 file, as it always was.
+V1_KEYS = ("version", "gateway", "vpcs", "hosts", "storage_pools")
 
 
-def _block_line(root: yaml.Node | None, key: str, offset: int) -> int | None:
-    """File line of line `offset` (0-based) of the block scalar at top-level key."""
-    if not isinstance(root, yaml.MappingNode):
-        return None
-    node = next((v for k, v in root.value if getattr(k, "value", None) == key), None)
-    if node is None:
-        return None
-    return node.start_mark.line + 1 + offset + (1 if getattr(node, "style", None) in ("|", ">")
-                                                 else 0)
+def _v1_problem(data: dict[str, Any]) -> tuple[Loc, str] | None:
+    """The first thing a version-1 document holds that version 1 does not have, if any."""
+    for key in data:
+        if key not in V1_KEYS:
+            return (key,), f"unknown key {key!r}"
+    if "gateway" not in data:
+        return ("gateway",), "missing required key 'gateway'"
+    if isinstance(data["gateway"], dict) and "bgp" in data["gateway"]:
+        return ("gateway", "bgp"), "unknown key 'bgp'"
+    pools = data.get("storage_pools")
+    for k, pool in enumerate(pools if isinstance(pools, list) else []):
+        if isinstance(pool, dict) and isinstance(pool.get("prefixes"), str):
+            return ("storage_pools", k, "prefixes"), "Input should be a valid list"
+    return None
 
 
-def _problem_line(text: str, loc: tuple[Any, ...], hosts: HostSet) -> int | None:
+def migrate_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 document as a version-2 one (a plain dict): its gateway is the one gateway."""
+    return {"version": 2} | {("gateways" if k == "gateway" else k): ([v] if k == "gateway" else v)
+                             for k, v in data.items() if k != "version"}
+
+
+def _v1_loc(loc: Loc) -> Loc:
+    """A path into the migrated document as a path into the version-1 file."""
+    if loc[:2] == ("gateways", 0):
+        return ("gateway",) + tuple(loc[2:])
+    return loc
+
+
+def _v1_item(loc: Loc, msg: str) -> tuple[Loc, str]:
+    """A bad item of a prefix list, as version 1 names it: the item, not the list."""
+    if loc[-1:] == ("prefixes",) and msg.startswith("prefix #") and ": " in msg:
+        index, rest = msg.removeprefix("prefix #").split(": ", 1)
+        if index.isdigit():
+            return loc + (int(index),), rest
+    return loc, msg
+
+
+def _problem_line(root: yaml.Node | None, loc: Loc, c: Cluster) -> int | None:
     """Line of a problem: inside the compact host block, the host's own line."""
-    root = _compose(text)
+    hosts = c.hosts_compact
     if len(loc) > 1 and loc[0] == "hosts_compact" and isinstance(loc[1], int) and loc[1] < len(
             hosts):
-        return _block_line(root, "hosts_compact", int(hosts.lines[loc[1]]))
-    return _line_of(root, loc)
+        return block_line(root, "hosts_compact", int(hosts.lines[loc[1]]))
+    return line_of(root, loc)
 
 
-def _host_block_error(exc: HostError, text: str, path: str | None) -> InvalidIntentError:
-    where = f"hosts_compact[{exc.index}]" + (f".{exc.field}" if exc.field else "")
-    return InvalidIntentError(exc.why, path=path, where=where,
-                              line=_block_line(_compose(text), "hosts_compact", exc.line))
-
-
-def parse_cluster(text: str, path: str | None = None) -> Cluster:
-    """Validate intent YAML (version 1 or 2) into a frozen Cluster, or raise InvalidIntentError."""
+def _load_yaml(text: str, path: str | None) -> dict[str, Any]:
+    """The YAML document, which must be a mapping."""
     try:
-        data = yaml.load(text, Loader=_Loader)
+        data = yaml.load(text, Loader=Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise InvalidIntentError(f"not valid YAML: {getattr(exc, 'problem', exc)}", path=path,
@@ -98,30 +97,46 @@ def parse_cluster(text: str, path: str | None = None) -> Cluster:
     if not isinstance(data, dict):
         raise InvalidIntentError("the document must be a mapping with version, gateways, vpcs",
                                  path=path, line=1)
-    if data.get("version") == 1:
-        return migrate_v1(parse_intent(text, path))
-    if data.get("version") != 2:
-        root = _compose(text)
-        raise InvalidIntentError(f"unknown version {data.get('version')!r}: this crosszone reads "
-                                 "versions 1 and 2", path=path, line=_line_of(root, ("version",)),
-                                 where="version")
+    return data
+
+
+def parse_cluster(text: str, path: str | None = None) -> Cluster:
+    """Validate intent YAML (version 1 or 2) into a frozen Cluster, or raise InvalidIntentError."""
+    data = _load_yaml(text, path)
+    version = data.get("version")
+    v1 = type(version) is int and version == 1
+    if v1:
+        bad = _v1_problem(data)
+        if bad is not None:
+            raise InvalidIntentError(bad[1], path=path, line=line_of(compose(text), bad[0]),
+                                     where=format_loc(bad[0]))
+        data = migrate_v1(data)
+    elif version != 2:
+        raise InvalidIntentError(f"unknown version {version!r}: this crosszone reads "
+                                 "versions 1 and 2", path=path,
+                                 line=line_of(compose(text), ("version",)), where="version")
     if isinstance(data.get("hosts_compact"), str):
         # parsed here, not in the schema's validator, so that an error knows its line
         try:
             data["hosts_compact"] = parse_hosts(data["hosts_compact"])
         except HostError as exc:
-            raise _host_block_error(exc, text, path) from None
+            raise host_block_error(exc, text, path) from None
+    where = _v1_loc if v1 else tuple
     try:
         cluster = Cluster.model_validate(data)
     except ValidationError as exc:
         loc, msg = validation_problem(exc)
-        raise InvalidIntentError(msg, path=path, line=_line_in_block(_compose(text), loc, msg),
+        if v1:
+            loc, msg = _v1_item(_v1_loc(loc), msg)
+        raise InvalidIntentError(msg, path=path, line=line_in_block(compose(text), loc, msg),
                                  where=format_loc(loc)) from None
     try:
         check_cluster(cluster)
     except IntentProblem as problem:
-        raise as_error(problem, path, _problem_line(text, problem.loc, cluster.hosts_compact)
-                       ) from None
+        loc = where(problem.loc)
+        msg = problem.message.replace("gateways[0].", "gateway.") if v1 else problem.message
+        raise InvalidIntentError(msg, path=path, line=_problem_line(compose(text), loc, cluster),
+                                 where=format_loc(loc)) from None
     return cluster
 
 
@@ -130,18 +145,18 @@ def load_cluster(path: str | Path) -> Cluster:
     return parse_cluster(read_intent_text(path), str(path))
 
 
-def migrate_v1(intent: Intent) -> Cluster:
-    """A validated version-1 intent as a one-gateway cluster (no re-validation needed)."""
-    gw = intent.gateway
-    return Cluster.model_construct(
-        version=2,
-        gateways=[GatewayV2.model_construct(name=gw.name, vtep=gw.vtep, interfaces=gw.interfaces,
-                                            bgp=None)],
-        vpcs=intent.vpcs, hosts=intent.hosts,
-        storage_pools=[StoragePoolV2.model_validate({"name": p.name, "prefixes": list(
-            map(str, p.prefixes)), "next_hops": p.next_hops}) for p in intent.storage_pools],
-        policy=Cluster.model_fields["policy"].default,
-    )
+def only_gateway(c: Cluster, gateway: str | None, path: str | None = None) -> str:
+    """The gateway named, checked, or the only one (InvalidIntentError if it is ambiguous)."""
+    names = [g.name for g in c.gateways]
+    if gateway is None:
+        if len(names) == 1:
+            return names[0]
+        raise InvalidIntentError(f"the intent has {len(names)} gateways ({', '.join(names)}): "
+                                 "name one (--gateway)", path=path)
+    if gateway not in names:
+        raise InvalidIntentError(f"no gateway {gateway!r} (the intent has {', '.join(names)})",
+                                 path=path, where="gateways")
+    return gateway
 
 
 def to_document(c: Cluster, blocks: bool = True) -> dict[str, Any]:
@@ -169,31 +184,10 @@ def to_document(c: Cluster, blocks: bool = True) -> dict[str, Any]:
     return doc
 
 
-def for_gateway(c: Cluster, name: str, core: bool = False) -> Intent:
-    """The version-1 intent of one gateway (KeyError if the cluster has no such gateway).
-
-    Built without re-validation: the cluster checks already cover every version-1 check.
-    Compact hosts become Host objects unless core (then `compile_gateway` encodes them from
-    their arrays)."""
-    gw = c.gateway(name)
-    hosts = c.hosts if core or not len(c.hosts_compact) else c.hosts + compact_as_hosts(
-        c.hosts_compact)
-    pools = [StoragePool.model_construct(
-        name=p.name, prefixes=[] if core else p.prefixes.networks(), next_hops=p.next_hops)
-        for p in c.storage_pools]
-    return Intent.model_construct(
-        version=1, gateway=Gateway.model_construct(name=gw.name, vtep=gw.vtep,
-                                                   interfaces=gw.interfaces),
-        vpcs=c.vpcs, hosts=hosts, storage_pools=pools)
-
-
-def compact_as_hosts(hs: HostSet) -> list[Host]:
-    """Compact hosts as verbose Host objects (small sets: tests, the version-1 projection)."""
-    from crosszone.intent.hosts import _macs
-    from crosszone.intent.schema import _v4_of_int
-
-    macs = _macs(hs.mac)
-    return [Host.model_construct(name=hs.names[i], vpc=hs.vpcs[i],
-                                 vtep=_v4_of_int(int(hs.vtep[i])),
-                                 addresses=hs.addresses_of(i), mac=macs[i])
-            for i in range(len(hs))]
+def table_counts(c: Cluster) -> dict[str, int]:
+    """Entries the intent needs: VPCs, routes (both families) and host addresses."""
+    pools = {p.name: len(p.prefixes) for p in c.storage_pools}
+    routes = sum(pools[n] for v in c.vpcs for n in v.storage_pools) + sum(
+        len(v.routes) for v in c.vpcs)
+    hosts = sum(len(h.addresses) for h in c.hosts) + c.hosts_compact.n_addresses
+    return {"vpcs": len(c.vpcs), "routes": routes, "hosts": hosts}

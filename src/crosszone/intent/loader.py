@@ -1,7 +1,8 @@
-"""Read an intent file: YAML -> schema -> cross checks -> frozen `Intent`.
+"""Reading intent text: the YAML, and where in it a problem is (file line, object, field).
 
-Every failure, whatever its cause (YAML syntax, a wrong type, a dangling reference), becomes one
-`InvalidIntentError` naming the file, the line, the object and the field.
+`crosszone.intent.cluster.parse_cluster` is the one entry point (YAML -> schema -> checks); this
+module holds what it needs from the YAML side: reading a file, the node tree (built only when an
+error needs a line number), the line of a document path, and a schema error as (path, message).
 """
 
 from __future__ import annotations
@@ -13,11 +14,20 @@ import yaml
 from pydantic import ValidationError
 
 from crosszone.intent.errors import InvalidIntentError
-from crosszone.intent.schema import Intent
-from crosszone.intent.validate import IntentProblem, as_error, check, format_loc, vpc_routes
+from crosszone.intent.hosts import HostError
+
+Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+def compose(text: str) -> yaml.Node | None:
+    """The YAML node tree (only built when an error needs a line number)."""
+    try:
+        return yaml.compose(text, Loader=Loader)
+    except (yaml.YAMLError, RecursionError):
+        return None
+
+
+def line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     """The 1-based line of the YAML node at loc, or of the deepest ancestor found."""
     node = root
     line = node.start_mark.line + 1 if node is not None else None
@@ -38,35 +48,55 @@ def _line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     return line
 
 
-def parse_intent(text: str, path: str | None = None) -> Intent:
-    """Validate intent YAML text into a frozen Intent, or raise InvalidIntentError."""
+def _node_at(root: yaml.Node | None, loc: tuple[Any, ...]) -> yaml.Node | None:
+    node = root
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            node = next((v for k, v in node.value if getattr(k, "value", None) == part), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(
+                node.value):
+            node = node.value[part]
+        else:
+            return None
+    return node
+
+
+def line_in_block(root: yaml.Node | None, loc: tuple[Any, ...], msg: str) -> int | None:
+    """Line of a bad prefix ('prefix #N ...') in a compact block or a list, else of the field."""
+    line = line_of(root, loc) if root is not None else None
+    if "prefix #" not in msg or line is None:
+        return line
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        raise InvalidIntentError(
-            f"not valid YAML: {getattr(exc, 'problem', exc)}", path=path, line=line
-        ) from None
-    except RecursionError:
-        raise InvalidIntentError("YAML nested too deeply", path=path) from None
-    if not isinstance(data, dict):
-        raise InvalidIntentError(
-            "the document must be a mapping with version, gateway, vpcs", path=path, line=1
-        )
-    try:
-        intent = Intent.model_validate(data)
-    except ValidationError as exc:
-        loc, msg = validation_problem(exc)
-        raise InvalidIntentError(
-            msg, path=path, line=_line_of(root, loc), where=format_loc(loc)
-        ) from None
-    try:
-        check(intent)
-    except IntentProblem as problem:
-        raise as_error(problem, path, _line_of(root, problem.loc)) from None
-    return intent
+        index = int(msg.split("prefix #", 1)[1].split()[0].rstrip(":"))
+    except ValueError:
+        return line
+    node = _node_at(root, loc)
+    if isinstance(node, yaml.SequenceNode) and index < len(node.value):
+        # the list form (every version-1 file): the item's own line
+        return int(node.value[index].start_mark.line) + 1
+    if isinstance(node, yaml.ScalarNode):
+        before = " ".join(str(node.value).split()[:index])
+        lines_before = str(node.value)[: len(before) + 1].count("\n")
+        return line + lines_before + (1 if node.style in ("|", ">") else 0)
+    return line
+
+
+def block_line(root: yaml.Node | None, key: str, offset: int) -> int | None:
+    """File line of line `offset` (0-based) of the block scalar at top-level key."""
+    if not isinstance(root, yaml.MappingNode):
+        return None
+    node = next((v for k, v in root.value if getattr(k, "value", None) == key), None)
+    if node is None:
+        return None
+    return node.start_mark.line + 1 + offset + (1 if getattr(node, "style", None) in ("|", ">")
+                                                 else 0)
+
+
+def host_block_error(exc: HostError, text: str, path: str | None) -> InvalidIntentError:
+    """A bad line of `hosts_compact` as the project's error, on the host's own line."""
+    where = f"hosts_compact[{exc.index}]" + (f".{exc.field}" if exc.field else "")
+    return InvalidIntentError(exc.why, path=path, where=where,
+                              line=block_line(compose(text), "hosts_compact", exc.line))
 
 
 def clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -76,7 +106,7 @@ def clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def validation_problem(exc: ValidationError) -> tuple[tuple[Any, ...], str]:
-    """(document path, message) of a schema error, for InvalidIntentError (both versions)."""
+    """(document path, message) of a schema error, for InvalidIntentError."""
     err = exc.errors()[0]
     loc = clean_loc(tuple(err["loc"]))
     msg = err["msg"].removeprefix("Value error, ")
@@ -98,22 +128,3 @@ def read_intent_text(path: str | Path) -> str:
         raise InvalidIntentError(f"cannot read: {exc.strerror}", path=str(p)) from None
     except UnicodeDecodeError:
         raise InvalidIntentError("not UTF-8 text", path=str(p)) from None
-
-
-def load_intent(path: str | Path) -> LoadedIntent:
-    """Read and validate an intent file."""
-    return LoadedIntent(parse_intent(read_intent_text(path), str(path)), str(path))
-
-
-class LoadedIntent:
-    """A validated intent and the file it came from."""
-
-    def __init__(self, intent: Intent, path: str | None) -> None:
-        self.intent = intent
-        self.path = path
-
-    def table_counts(self) -> dict[str, int]:
-        """Entries the intent needs: VPCs, routes (both families) and host addresses."""
-        routes = sum(len(vpc_routes(self.intent, v)) for v in self.intent.vpcs)
-        hosts = sum(len(h.addresses) for h in self.intent.hosts)
-        return {"vpcs": len(self.intent.vpcs), "routes": routes, "hosts": hosts}

@@ -1,7 +1,13 @@
-"""Typed, frozen schema of the intent file (format version 1, see docs/intent.md).
+"""Typed, frozen schema of the intent: the cluster (format version 2, see docs/control.md).
+
+The one intent model in memory. A version-1 file (one gateway, docs/intent.md) is migrated to a
+version-2 document when it is read (`crosszone.intent.cluster`) and validated by this schema.
 
 Field-level checks live here (types, ranges, address syntax, unknown keys); everything that
-relates one object to another lives in `crosszone.intent.validate`, in one place.
+relates one object to another lives in `crosszone.intent.checks`, in one place. Storage pools'
+prefixes may be given as a compact block (one string, parsed with numpy) so that a million
+routes load in well under a second; hosts likewise (`hosts_compact`, one line per host, see
+`crosszone.intent.hosts`), next to or instead of the verbose `hosts` list.
 """
 
 from __future__ import annotations
@@ -11,6 +17,9 @@ import re
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+
+from crosszone.intent.hosts import HostError, HostSet, parse_hosts
+from crosszone.intent.prefixes import PrefixError, PrefixSet, parse_block
 
 _MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 # Dotted quad without leading zeros (what ipaddress accepts): parsed here in ~1 us instead of
@@ -71,8 +80,52 @@ Address = Annotated[ipaddress.IPv4Address | ipaddress.IPv6Address, BeforeValidat
 IPv4 = Annotated[ipaddress.IPv4Address, BeforeValidator(_ipv4)]
 
 
+def _prefix_block(value: object) -> PrefixSet:
+    """A list of prefixes or one whitespace-separated string of them -> PrefixSet."""
+    if isinstance(value, PrefixSet):
+        return value
+    if isinstance(value, str):
+        try:
+            out = parse_block(value)
+        except PrefixError as exc:
+            raise ValueError(str(exc)) from None
+    elif isinstance(value, list):
+        nets = []
+        for i, item in enumerate(value):
+            try:
+                nets.append(_network(item))
+            except ValueError as exc:
+                raise ValueError(f"prefix #{i}: {exc}") from None
+        out = PrefixSet.from_networks(nets)
+    else:
+        raise ValueError("prefixes must be a list of prefixes or one string of them")
+    if len(out) == 0:
+        raise ValueError("at least one prefix is needed")
+    return out
+
+
+PrefixBlock = Annotated[PrefixSet, BeforeValidator(_prefix_block)]
+
+
+def _host_block(value: object) -> HostSet:
+    """One string of host lines ('name vpc vtep mac addr[,addr]') -> HostSet."""
+    if isinstance(value, HostSet):
+        return value
+    if not isinstance(value, str):
+        raise ValueError("hosts_compact must be one string of lines 'name vpc vtep mac "
+                         "addr[,addr]'")
+    try:
+        return parse_hosts(value)
+    except HostError as exc:
+        raise ValueError(str(exc)) from None
+
+
+HostBlock = Annotated[HostSet, BeforeValidator(_host_block)]
+
+
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True,
+                              arbitrary_types_allowed=True)
 
 
 class Interface(_Model):
@@ -82,14 +135,6 @@ class Interface(_Model):
     role: Literal["compute", "storage"]
     mac: Mac
     next_hop_mac: Mac | None = None
-
-
-class Gateway(_Model):
-    """The gateway this intent programs."""
-
-    name: Name
-    vtep: IPv4
-    interfaces: list[Interface] = Field(min_length=1)
 
 
 class Route(_Model):
@@ -130,19 +175,62 @@ class NextHop(_Model):
     mac: Mac
 
 
-class StoragePool(_Model):
-    """Storage prefixes and the ECMP group of next hops that reaches them."""
+class BgpPeer(_Model):
+    """A zone router the gateway peers with."""
+
+    address: Address
+    asn: int = Field(ge=1, le=0xFFFFFFFF)
+
+
+class Bgp(_Model):
+    """BGP of one gateway: it announces the anycast VTEP and the storage-facing prefixes."""
+
+    asn: int = Field(ge=1, le=0xFFFFFFFF)
+    router_id: IPv4
+    peers: list[BgpPeer] = []
+    bfd: bool = True
+
+
+class Gateway(_Model):
+    """One gateway of the cluster."""
 
     name: Name
-    prefixes: list[Network] = Field(min_length=1)
+    vtep: IPv4
+    interfaces: list[Interface] = Field(min_length=1)
+    bgp: Bgp | None = None
+
+
+class StoragePool(_Model):
+    """Storage prefixes (a list or a compact block) and the ECMP group that reaches them."""
+
+    name: Name
+    prefixes: PrefixBlock
     next_hops: list[NextHop] = Field(min_length=1)
 
 
-class Intent(_Model):
-    """The whole intent file."""
+class Policy(_Model):
+    """Traffic policy: large flows must not congest, small requests must not wait behind them."""
 
-    version: Literal[1]
-    gateway: Gateway
+    elephant_bytes: int = Field(default=10 * 1024 * 1024, ge=1)
+    small_dscp: int = Field(default=46, ge=0, le=63)
+    bulk_dscp: int = Field(default=10, ge=0, le=63)
+    flowlet_gap_us: int = Field(default=500, ge=1, le=1_000_000)
+
+
+class Cluster(_Model):
+    """The whole intent (version 2; a version-1 file is migrated to it when read)."""
+
+    version: Literal[2]
+    gateways: list[Gateway] = Field(min_length=1)
     vpcs: list[Vpc] = Field(min_length=1)
     hosts: list[Host] = []
+    hosts_compact: HostBlock = HostSet.empty()
     storage_pools: list[StoragePool] = []
+    policy: Policy = Policy()
+
+    def gateway(self, name: str) -> Gateway:
+        """The gateway with this name (KeyError if none)."""
+        for gw in self.gateways:
+            if gw.name == name:
+                return gw
+        raise KeyError(name)

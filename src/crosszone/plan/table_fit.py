@@ -122,24 +122,12 @@ def fit_tables(catalog: Catalog, counts: TableCounts) -> tuple[PlatformFit, ...]
 
 
 def counts_from_intent(path: str) -> TableCounts:
-    """Table counts of an intent file, via crosszone.intent (imported here: it may not exist yet)."""
+    """Table counts of an intent file (either version)."""
+    from crosszone.intent.cluster import load_cluster, table_counts
+
     try:
-        from crosszone.intent.loader import load_intent  # type: ignore[import-not-found,unused-ignore]
-    except ImportError as exc:
-        raise PlanInputError(
-            "--intent",
-            "",
-            f"crosszone.intent.loader is not available ({exc}); use --vpcs/--routes/--hosts",
-        ) from None
-    try:
-        counts = load_intent(path).table_counts()
-    except PlanInputError:
-        raise
+        counts = table_counts(load_cluster(path))
     except (OSError, ValueError) as exc:
         # The intent plane raises its own error type (a ValueError) with a precise message.
         raise PlanInputError(path, "", str(exc)) from None
-    if not isinstance(counts, dict):
-        raise PlanInputError(
-            path, "", f"table_counts() returned {type(counts).__name__}, not a dict"
-        )
     return TableCounts.from_mapping(counts, path)

@@ -19,13 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import ValidationError
 
+from crosszone.intent.checks import IntentProblem, as_error, check_cluster, format_loc
 from crosszone.intent.cluster import to_document
-from crosszone.intent.cluster_checks import check_cluster
 from crosszone.intent.errors import InvalidIntentError
 from crosszone.intent.hosts import HostError, HostSet, concat_hosts, parse_hosts
 from crosszone.intent.prefixes import PrefixError, PrefixSet, parse_block
-from crosszone.intent.schema_v2 import Cluster
-from crosszone.intent.validate import IntentProblem, as_error, format_loc
+from crosszone.intent.schema import Cluster
 
 CORE = "core"
 POOL = "pool/"

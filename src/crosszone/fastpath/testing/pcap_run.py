@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from crosszone.compile.tables import compile_intent
+from crosszone.compile.tables import compile_tables
 from crosszone.fastpath.maps_io import bind_ports
 from crosszone.fastpath.testing import model as ref
 from crosszone.fastpath.testing.testrun import LOOPBACK_IFINDEX, TestRunner, test_ifindexes
-from crosszone.intent.loader import load_intent
+from crosszone.intent.cluster import load_cluster, only_gateway
 
 
 def _ip_text(pkt) -> str:  # type: ignore[no-untyped-def]
@@ -48,11 +48,13 @@ def run_pcap(
     *,
     ingress: str | None = None,
     use_model: bool = False,
+    gateway: str | None = None,
 ) -> list[dict]:
     """Run each frame; write forwarded frames to out; return one row per input frame."""
     from scapy.utils import PcapReader, PcapWriter
 
-    tables = compile_intent(load_intent(intent).intent)
+    c = load_cluster(intent)
+    tables = compile_tables(c, only_gateway(c, gateway, str(intent)))
     names = [p.name for p in tables.ports]
     if ingress is not None and ingress not in names:
         raise ValueError(f"--ingress {ingress!r} is not an interface of the intent ({names})")

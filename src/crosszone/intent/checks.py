@@ -1,27 +1,60 @@
-"""Cross-reference and capacity checks of a version-2 cluster intent, all in one place.
+"""Cross-reference and capacity checks of an intent, all in one place: the one checker.
 
-Same contract as `crosszone.intent.validate` (which checks version 1): raise `IntentProblem` with
-the document path of the offending field; the loader turns that into file:line. Route sets are
-checked with numpy (duplicates, overlap with the VPC's own space) so a million routes check in
-a fraction of a second.
+Every intent, whatever its source (a version-2 file, a version-1 file migrated when it was read,
+the controller's store objects, a route change), is a `Cluster` and is checked here by
+`check_cluster`. Each check raises `IntentProblem` with the document path of the offending field
+(`("vpcs", 0, "vni")`); the loader turns that path into file:line. Route sets are checked with
+numpy (duplicates, overlap with the VPC's own space) so a million routes check in a fraction of a
+second.
 """
 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from crosszone.abi import layout
+from crosszone.intent.errors import InvalidIntentError
 from crosszone.intent.prefixes import PrefixSet, duplicates4, overlaps4
-from crosszone.intent.schema_v2 import Cluster, GatewayV2
-from crosszone.intent.validate import IntentProblem, Loc, _by_family, _unique, format_loc
+from crosszone.intent.schema import Cluster, Gateway, Vpc
+
+Loc = tuple[Any, ...]
 
 
-def _check_gateway(gw: GatewayV2, g: int) -> None:
+class IntentProblem(Exception):
+    """A problem found by a check: a message and where it is."""
+
+    def __init__(self, loc: Loc, message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
+        self.message = message
+
+
+def _unique(items: Iterable[Any], key: str, *section: Any) -> None:
+    seen: dict[Any, int] = {}
+    for i, item in enumerate(items):
+        value = getattr(item, key)
+        if value in seen:
+            raise IntentProblem(section + (i, key),
+                                f"{value} is already used by {format_loc(section)}[{seen[value]}]")
+        seen[value] = i
+
+
+def _by_family(vpc: Vpc, i: int) -> dict[int, ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    out: dict[int, ipaddress.IPv4Network | ipaddress.IPv6Network] = {}
+    for j, net in enumerate(vpc.prefixes):
+        if net.version in out:
+            raise IntentProblem(("vpcs", i, "prefixes", j), f"a second IPv{net.version} prefix")
+        out[net.version] = net
+    return out
+
+
+def _check_gateway(gw: Gateway, g: int) -> None:
     base: Loc = ("gateways", g)
-    _unique(gw.interfaces, "name", f"gateways[{g}].interfaces")
+    _unique(gw.interfaces, "name", "gateways", g, "interfaces")
     compute = [i for i, itf in enumerate(gw.interfaces) if itf.role == "compute"]
     if len(compute) != 1:
         raise IntentProblem(base + ("interfaces",), "exactly one interface must have role compute")
@@ -60,6 +93,14 @@ def _route_sets(c: Cluster, i: int) -> list[tuple[PrefixSet, Loc]]:
     return out
 
 
+def _at(loc: Loc, vpc: Vpc, version: int, k: int) -> Loc:
+    """The k-th IPv{version} prefix of a route source: an explicit route is named itself."""
+    if loc[-1:] != ("routes",):
+        return loc
+    idx = [n for n, r in enumerate(vpc.routes) if r.prefix.version == version][k]
+    return loc + (idx, "prefix")
+
+
 def _check_vpc_routes(c: Cluster, i: int, fam: dict[int, Any]) -> tuple[int, int]:
     """Duplicates and overlap with the VPC's own prefixes; returns (IPv4, IPv6) route counts."""
     vpc = c.vpcs[i]
@@ -71,16 +112,18 @@ def _check_vpc_routes(c: Cluster, i: int, fam: dict[int, Any]) -> tuple[int, int
         for s, loc in sets:
             if k < len(s.addr4):
                 net = ipaddress.IPv4Network((int(s.addr4[k]), int(s.plen4[k])))
-                raise IntentProblem(loc, f"route {net} of VPC {vpc.name} is defined twice "
+                raise IntentProblem(_at(loc, vpc, 4, k),
+                                    f"route {net} of VPC {vpc.name} is defined twice "
                                     f"(prefix #{k} here; #{j} of the VPC's routes)")
             k -= len(s.addr4)
     seen6: dict[tuple[int, int, int], Loc] = {}
     plens6: set[int] = set()
     for s, loc in sets:
-        for h, lo, p in zip(s.hi6.tolist(), s.lo6.tolist(), s.plen6.tolist()):
+        for m, (h, lo, p) in enumerate(zip(s.hi6.tolist(), s.lo6.tolist(), s.plen6.tolist())):
             if (h, lo, p) in seen6:
                 net6 = ipaddress.IPv6Network(((h << 64) | lo, p))
-                raise IntentProblem(loc, f"route {net6} of VPC {vpc.name} is also defined at "
+                raise IntentProblem(_at(loc, vpc, 6, m),
+                                    f"route {net6} of VPC {vpc.name} is also defined at "
                                     f"{format_loc(seen6[(h, lo, p)])}")
             seen6[(h, lo, p)] = loc
             plens6.add(p)
@@ -93,13 +136,15 @@ def _check_vpc_routes(c: Cluster, i: int, fam: dict[int, Any]) -> tuple[int, int
             hit = np.flatnonzero(overlaps4(s.addr4, s.plen4, own4))
             if len(hit):
                 net = ipaddress.IPv4Network((int(s.addr4[hit[0]]), int(s.plen4[hit[0]])))
-                raise IntentProblem(loc, f"route {net} overlaps the address space {own4} of VPC "
+                raise IntentProblem(_at(loc, vpc, 4, int(hit[0])),
+                                    f"route {net} overlaps the address space {own4} of VPC "
                                     f"{vpc.name}")
         own6 = fam.get(6)
         if own6 is not None:
-            for net6 in s.networks6():
+            for m, net6 in enumerate(s.networks6()):
                 if net6.overlaps(own6):
-                    raise IntentProblem(loc, f"route {net6} overlaps the address space {own6} "
+                    raise IntentProblem(_at(loc, vpc, 6, m),
+                                        f"route {net6} overlaps the address space {own6} "
                                         f"of VPC {vpc.name}")
     return len(keys), len(seen6)
 
@@ -121,7 +166,7 @@ def check_cluster(c: Cluster) -> None:
 
     nexthops = 0
     for k, pool in enumerate(c.storage_pools):
-        _unique(pool.next_hops, "name", f"storage_pools[{k}].next_hops")
+        _unique(pool.next_hops, "name", "storage_pools", k, "next_hops")
         for m, nh in enumerate(pool.next_hops):
             nexthops += 1
             for gw in c.gateways:
@@ -274,3 +319,19 @@ def _check_compact_hosts(c: Cluster, spaces: dict[str, dict[int, Any]],
         if prev != f"{where}[{h}]":
             raise IntentProblem((where, h, "addresses"), f"{addr} is already used by {prev}")
     return hs.n_addresses
+
+
+def as_error(problem: IntentProblem, path: str | None, line: int | None) -> InvalidIntentError:
+    """Turn a problem into the project's error type."""
+    return InvalidIntentError(problem.message, path=path, line=line, where=format_loc(problem.loc))
+
+
+def format_loc(loc: Loc) -> str:
+    """('vpcs', 0, 'vni') -> 'vpcs[0].vni'."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out

@@ -272,3 +272,23 @@ def test_compact_hosts_at_scale_are_fast() -> None:
     c = parse_cluster(text, "big.yaml")
     assert len(c.hosts_compact) == 100_000
     assert time.perf_counter() - t0 < 10  # ~1 s on a quiet core; verbose YAML takes ~30 s
+
+
+def test_names_twice_inside_a_gateway_or_pool_give_their_own_line() -> None:
+    # the section of such a name is a path (gateways, 1, interfaces), so its line is found
+    d = doc()
+    d["gateways"][1]["interfaces"][1]["name"] = d["gateways"][1]["interfaces"][0]["name"]
+    src = yaml.safe_dump(d, sort_keys=False)
+    with pytest.raises(InvalidIntentError) as e:
+        parse_cluster(src, "x.yaml")
+    assert e.value.where == "gateways[1].interfaces[1].name", str(e.value)
+    assert "already used by gateways[1].interfaces[0]" in str(e.value)
+    assert "- name: " in src.splitlines()[e.value.line - 1] and e.value.line > 1
+    d = doc()
+    d["storage_pools"][0]["next_hops"].append(dict(d["storage_pools"][0]["next_hops"][0]))
+    src = yaml.safe_dump(d, sort_keys=False)
+    with pytest.raises(InvalidIntentError) as e:
+        parse_cluster(src, "x.yaml")
+    n = len(d["storage_pools"][0]["next_hops"]) - 1
+    assert e.value.where == f"storage_pools[0].next_hops[{n}].name", str(e.value)
+    assert e.value.line > 1 and "name" in src.splitlines()[e.value.line - 1]

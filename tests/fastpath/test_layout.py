@@ -88,3 +88,26 @@ def test_model_and_bpf_agree_on_sizes_used_by_maps(gateway_object):
         assert obj.map("route6_slots").max_entries == layout.CZ_ROUTE6_SLOTS + layout.CZ_SLOT_PROBES
         assert obj.map("vtep_slots").max_entries == layout.CZ_VTEP_SLOTS + layout.CZ_SLOT_PROBES
         assert obj.map("reason_stats").max_entries == REASON_MAX
+
+
+def test_encoder_dtypes_match_btf():
+    """The encoder's numpy layouts (derived from the mirrors) have the C offsets and sizes."""
+    from crosszone.compile import encode as enc
+
+    for c_name, dt in (("cz_host_key", enc.HOST_KEY), ("cz_host", enc.HOST),
+                       ("cz_lpm4_key", enc.LPM4_KEY), ("cz_lpm6_key", enc.LPM6_KEY),
+                       ("cz_route", enc.ROUTE)):
+        got = _layout(c_name)
+        assert dt.itemsize == got.size, c_name
+        for field in dt.names:
+            sub, offset = dt.fields[field][:2]
+            assert (offset, sub.itemsize) == got.fields[field], f"{c_name}.{field}"
+
+
+def test_lpm_route_maps_use_the_mirrors():
+    from crosszone.fastpath.libbpf import BpfObject
+
+    with BpfObject.open(BUILD / "xdp_gateway_lpm.o") as obj:
+        for name, key in (("routes4_lpm", layout.CzLpm4Key), ("routes6_lpm", layout.CzLpm6Key)):
+            m = obj.map(name)
+            assert (m.key_size, m.value_size) == (ctypes.sizeof(key), ctypes.sizeof(layout.CzRoute))

@@ -16,9 +16,11 @@ from scapy.layers.inet6 import IPv6
 
 from crosszone.abi import layout as L
 from crosszone.abi.reasons import Reason
+from crosszone.compile.encode import encode_route_arrays
 from crosszone.fastpath.libbpf import BpfObject
 from crosszone.fastpath.libbpf_abi import BpfError
 from crosszone.fastpath.maps_io import GatewayMaps
+from crosszone.fastpath.sink import program
 from crosszone.fastpath.slot_table import (
     DELETED,
     EMPTY,
@@ -44,7 +46,7 @@ def _keys4(vpc: int, plen: int, addrs: np.ndarray) -> np.ndarray:
 def _keys6(vpc: int, plen: int, hi: np.ndarray) -> np.ndarray:
     k = np.zeros(len(hi), ROUTES6.key)
     k["vpc_id"], k["plen"] = vpc, plen
-    k["hi"] = hi.astype(">u8").view("<u8")
+    k["addr"][:, 0] = hi.astype(">u8").view("<u8")
     return k
 
 
@@ -272,7 +274,7 @@ def test_program_finds_ipv6_routes_and_the_overflow_slots(gateway_object) -> Non
         assert m.lookup(end_key.tobytes()) is not None
         assert (s[ROUTES6.slots:, 0] & LIVE).any()  # the end key sits in the overflow
         for k in keys:
-            hi_bytes = k["hi"].tobytes()
+            hi_bytes = k["addr"][0].tobytes()
             dst = ":".join(hi_bytes[i:i + 2].hex() for i in range(0, 6, 2)) + "::9"
             assert r.run(_frame6(dst)).reason == Reason.FWD_TO_STORAGE, dst
 
@@ -305,7 +307,8 @@ def test_a_million_routes_of_the_benchmark_sit_near_home(gateway_maps) -> None:
                                                                   "routes6")):
         m = gateway_maps.maps[name]
         _clear(m)
-        assert gateway_maps.write_route_arrays(arrays) == len(arrays.plen)
+        ops = program(gateway_maps, {name: encode_route_arrays(arrays)[1]})
+        assert sum(len(op) for op in ops) == len(arrays.plen)
         d = m.probe_lengths()
         assert len(d) == len(arrays.plen)
         assert d.max() < L.CZ_SLOT_PROBES // 2 and d.mean() < 0.5, (name, d.max(), d.mean())

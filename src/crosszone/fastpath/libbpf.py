@@ -53,6 +53,7 @@ from crosszone.fastpath.libbpf_abi import (
     ProgType,
     _check,
     _errno,
+    _fn,
     _info_by_fd,
     _map_fd,
     _map_flags,
@@ -114,9 +115,11 @@ __all__ = [
     "BpfNotFoundError",
     "BpfObject",
     "BpfProgram",
+    "MapSpec",
     "MapType",
     "ProgType",
     "TestRunResult",
+    "map_specs",
     "obj_get",
     "obj_pin",
     "possible_cpus",
@@ -350,6 +353,43 @@ class BpfObject:
     def __del__(self) -> None:
         if getattr(self, "_ptr", None) and _obj_close is not None:  # may run at shutdown
             self.close()
+
+
+@dataclass(frozen=True)
+class MapSpec:
+    """A map as an object file defines it (type, sizes, entries, flags), before any load."""
+
+    name: str
+    map_type: int
+    key_size: int
+    value_size: int
+    max_entries: int
+    map_flags: int
+
+
+_map_key_size = _fn("bpf_map__key_size", ctypes.c_uint32, ctypes.c_void_p)
+_map_value_size = _fn("bpf_map__value_size", ctypes.c_uint32, ctypes.c_void_p)
+_map_max_entries = _fn("bpf_map__max_entries", ctypes.c_uint32, ctypes.c_void_p)
+
+
+def map_specs(path: str | Path) -> dict[str, MapSpec]:
+    """The maps an object defines, read by bpf_object__open_file without loading it (no
+    privilege needed): what `testing.fake_maps` builds its stand-ins from."""
+    ptr = _open_file(_path(path), None)
+    if not ptr:
+        raise BpfError(_errno(), "bpf_object__open_file", str(path))
+    try:
+        out = {}
+        m = _next_map(ptr, None)
+        while m:
+            if not _map_is_internal(m):
+                name = _map_name(m).decode()
+                out[name] = MapSpec(name, _map_type(m), _map_key_size(m), _map_value_size(m),
+                                    _map_max_entries(m), _map_flags(m))
+            m = _next_map(ptr, m)
+        return out
+    finally:
+        _obj_close(ptr)
 
 
 def xdp_attach(

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from crosszone.fastpath import deploy
+from crosszone.linux.netns import Executor, cmd, delete_namespaces, in_ns
 
 from packet_fixtures import EXAMPLE
 
@@ -38,8 +39,8 @@ def gateway_between(
     pin = bpffs / f"{prefix}-{tag}"
     try:
         for name in ns.values():
-            sh("ip", "netns", "add", name)
-            sh("ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
+            Executor().apply([cmd("ip", "netns", "add", name),
+                              in_ns(name, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")])
         for dev, peer, where in (("c0", "h0", "h"), ("s0", "st0", "st")):
             sh("ip", "-n", ns["gw"], "link", "add", dev, "type", "veth",
                "peer", "name", peer, "netns", ns[where])
@@ -64,5 +65,4 @@ def gateway_between(
         yield ns, intent, pin
     finally:
         deploy.detach(pin)
-        for name in ns.values():
-            subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+        Executor().apply(delete_namespaces(ns.values()))

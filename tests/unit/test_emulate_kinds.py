@@ -139,3 +139,9 @@ def test_workload_targets_are_plain_data() -> None:
     # the second endpoint starts with the second server (rotated list)
     assert argv[argv.index("--servers") + 1] == "172.16.0.12,172.16.0.11"
     assert argv[argv.index("--shard-bytes") + 1] == str(64 << 20)
+
+
+def test_switch_to_an_unknown_set_is_refused() -> None:
+    dep = deploy.Deployment(topology.plan(topology.parse({"vpcs": VPCS})), RecordingExecutor())
+    with pytest.raises(deploy.DeployError, match="legacy, crosszone or both"):
+        dep.switch("nope")

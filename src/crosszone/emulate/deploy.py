@@ -295,6 +295,8 @@ class Deployment:
 
     def switch(self, to: str, log: Callable[[str], None] = print) -> float:
         """Move traffic to a gateway set by BGP announce/withdraw; returns seconds taken."""
+        if to not in kinds.switch_targets():
+            raise DeployError(f"no gateway set {to!r}: {kinds.describe(kinds.switch_targets())}")
         state = st.load()
         if state is None:
             raise DeployError("no deployment: run `crosszone emulate up` first")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from crosszone.compile.encode import bind_ports
 from crosszone.compile.tables import Tables
-from crosszone.fastpath.maps_io import bind_ports
 from crosszone.fastpath.testing import model
 from crosszone.fastpath.testing.testrun import LOOPBACK_IFINDEX, test_ifindexes
 

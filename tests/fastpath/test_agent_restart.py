@@ -29,14 +29,14 @@ from scapy.layers.inet import IP, UDP
 from scapy.packet import Raw
 
 from crosszone.agent.agent import default_state_file, ifindex_in
-from crosszone.agent.sink import MapSink
 from crosszone.compile.diff import ARRAY_MAPS, Entries
+from crosszone.compile.encode import bind_ports
 from crosszone.compile.gateway import Ids, compile_gateway
 from crosszone.compile.tables import compile_tables
 from crosszone.control.service import Controller
 from crosszone.fastpath import deploy
 from crosszone.fastpath.libbpf import xdp_query_prog_id
-from crosszone.fastpath.maps_io import bind_ports
+from crosszone.fastpath.sink import MapSink
 from crosszone.fastpath.testing import model
 from crosszone.intent.cluster import load_cluster, parse_cluster
 from crosszone.linux.netns import in_netns

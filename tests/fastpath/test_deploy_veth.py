@@ -11,10 +11,10 @@ import pytest
 from scapy.layers.inet import IP, TCP
 from scapy.packet import Raw
 
+from crosszone.compile.encode import bind_ports
 from crosszone.compile.tables import compile_tables
 from crosszone.fastpath import deploy
 from crosszone.fastpath.libbpf import xdp_query_prog_id
-from crosszone.fastpath.maps_io import bind_ports
 from crosszone.fastpath.testing import model
 from crosszone.intent.cluster import load_cluster
 from crosszone.linux.netns import in_netns

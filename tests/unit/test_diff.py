@@ -10,9 +10,9 @@ import yaml
 
 from crosszone.agent.reconcile import Reconciler
 from crosszone.compile.diff import DictSink, apply_to, count, diff, diff_entries
+from crosszone.compile.encode import bind_ports, encode_tables
 from crosszone.compile.gateway import Ids, compile_gateway
 from crosszone.compile.tables import compile_tables
-from crosszone.fastpath import maps_io as mio
 from crosszone.intent.cluster import load_cluster, parse_cluster, to_document
 from crosszone.store.objects import diff_objects, split_cluster
 from crosszone.store.store import Event
@@ -134,8 +134,7 @@ def test_random_changes_keep_invariants_and_reach_target(seed: int) -> None:
 def test_compile_gateway_matches_compile_tables() -> None:
     c = load_cluster(CLUSTER)
     for gw in ("gw-a", "gw-b"):
-        ref = mio.bind_ports(compile_tables(c, gw), IFX)
-        from crosszone.compile.diff import encode_tables
+        ref = bind_ports(compile_tables(c, gw), IFX)
         assert compile_gateway(c, gw, IFX).entries == encode_tables(ref)
 
 
@@ -202,23 +201,32 @@ def test_gateway_missing_from_intent_is_rejected() -> None:
     assert r.load(split_cluster(load_cluster(CLUSTER)), 1).mode == "rejected"
 
 
-def test_vectorised_encoders_match_the_per_entry_ones() -> None:
+def test_host_and_vtep_encoders_match_hand_built_c_layouts() -> None:
     import ipaddress
+    import struct
 
-    from crosszone.compile.diff import encode_hosts, encode_vteps
+    from crosszone.compile.encode import encode_hosts, encode_vteps
     from crosszone.compile.tables import HostEntry
-    from crosszone.fastpath import maps_io as mio
 
     hosts = [HostEntry(3, ipaddress.ip_address("192.168.1.10"),
                        ipaddress.IPv4Address("10.1.0.1"), bytes.fromhex("020000010001")),
              HostEntry(7, ipaddress.ip_address("fd00:a::10"),
                        ipaddress.IPv4Address("10.1.0.2"), bytes.fromhex("0200000100ff"))]
-    assert encode_hosts(hosts) == dict(mio.encode_host(h) for h in hosts)
+    # struct cz_host_key { __u32 vpc_id; __u32 family; __u8 addr[16]; } ->
+    # struct cz_host { __be32 vtep; __u8 mac[6]; __u16 reserved; }
+    assert encode_hosts(hosts) == {
+        struct.pack("<II16s", 3, 4, bytes([192, 168, 1, 10])):
+            bytes([10, 1, 0, 1]) + bytes.fromhex("020000010001") + b"\0\0",
+        struct.pack("<II", 7, 6) + bytes.fromhex("fd00000a000000000000000000000010"):
+            bytes([10, 1, 0, 2]) + bytes.fromhex("0200000100ff") + b"\0\0",
+    }
     assert encode_hosts([]) == {}
     vteps = [(1001, ipaddress.IPv4Address("10.1.0.1")), (1002, ipaddress.IPv4Address("10.9.8.7"))]
-    vpc_of = {1001: 0, 1002: 5}
-    assert encode_vteps(vteps, vpc_of) == {mio.encode_vtep(v, ip): mio._u32(vpc_of[v])
-                                           for v, ip in vteps}
+    # (__u32 vni, __be32 vtep) -> __u32 VPC id
+    assert encode_vteps(vteps, {1001: 0, 1002: 5}) == {
+        struct.pack("<I", 1001) + bytes([10, 1, 0, 1]): struct.pack("<I", 0),
+        struct.pack("<I", 1002) + bytes([10, 9, 8, 7]): struct.pack("<I", 5),
+    }
 
 
 def test_member_sorted_and_fast_paths_agree_with_the_slow_ones() -> None:

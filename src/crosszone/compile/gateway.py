@@ -21,14 +21,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from crosszone.abi import layout
-from crosszone.compile.diff import (
+from crosszone.compile import encode as mio  # the encoder (compile_gateway binds ports with it)
+from crosszone.compile.encode import (
     Entries,
+    RouteArrays,
     encode_host_set,
     encode_route_arrays,
     encode_tables,
+    encode_vpc,
+    u32,
 )
 from crosszone.compile.tables import Tables, Vpc, compile_tables
-from crosszone.fastpath import maps_io as mio
 from crosszone.intent.prefixes import PrefixSet
 from crosszone.intent.schema import Cluster
 
@@ -100,13 +103,13 @@ def renumber(t: Tables, ids: Ids) -> Tables:
     )
 
 
-def pool_route_arrays(vpc_id: int, group: int, p: PrefixSet) -> tuple[mio.RouteArrays, ...]:
+def pool_route_arrays(vpc_id: int, group: int, p: PrefixSet) -> tuple[RouteArrays, ...]:
     """Forward routes of one VPC to one pool, per family, as arrays."""
     out = []
     for fam, addr, lo, plen in ((4, p.addr4, None, p.plen4), (6, p.hi6, p.lo6, p.plen6)):
         n = len(plen)
         if n:
-            out.append(mio.RouteArrays(
+            out.append(RouteArrays(
                 fam, np.full(n, vpc_id, np.uint32), plen.astype(np.uint32), addr, lo,
                 np.full(n, layout.CZ_ACT_FORWARD, np.uint32), np.full(n, group, np.uint32)))
     return tuple(out)
@@ -122,7 +125,7 @@ def compile_gateway(c: Cluster, gateway: str, ifindex_of: Callable[[str], int],
               _assign([n.name for n in t.nexthops], old.nexthops))
     t = renumber(t, ids)
     pools = {p.name: p.prefixes for p in c.storage_pools}
-    arrays: list[mio.RouteArrays] = []
+    arrays: list[RouteArrays] = []
     vpcs: dict[str, Vpc] = {}
     counts: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     new_vpcs = []
@@ -183,8 +186,8 @@ def route_delta(d: Desired, c: Cluster, pool: str, added: PrefixSet, removed: Pr
         c6 += _plen_counts(added.plen6, 128) - _plen_counts(removed.plen6, 128)
         nv = with_plens(v, c4, c6)
         if nv is not v:
-            key = mio._u32(v.vpc_id)
-            old["vpcs"][key] = mio.encode_vpc(v)
-            new["vpcs"][key] = mio.encode_vpc(nv)
+            key = u32(v.vpc_id)
+            old["vpcs"][key] = encode_vpc(v)
+            new["vpcs"][key] = encode_vpc(nv)
             d.vpcs[spec.name] = nv
     return old, new

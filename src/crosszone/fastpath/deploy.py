@@ -19,6 +19,7 @@ from pathlib import Path
 from pyroute2 import IPRoute
 
 from crosszone.abi.objects import BUILD_DIR
+from crosszone.compile.encode import bind_ports, encode_tables
 from crosszone.compile.tables import Tables, compile_tables
 from crosszone.fastpath.libbpf import (
     BpfMap,
@@ -28,7 +29,8 @@ from crosszone.fastpath.libbpf import (
     xdp_detach,
     xdp_query_prog_id,
 )
-from crosszone.fastpath.maps_io import GatewayMaps, bind_ports
+from crosszone.fastpath.maps_io import GatewayMaps
+from crosszone.fastpath.sink import program
 from crosszone.intent.cluster import load_cluster, only_gateway
 from crosszone.linux.netns import in_netns, named_netns
 
@@ -131,7 +133,11 @@ def attach_tables(
         obj = BpfObject.open(obj_path, pin_maps_dir=pin / "maps")
         prog = obj.program("cz_gateway")
         if write_tables:
-            GatewayMaps.of(obj).write(bound)
+            # the one programming path: encode, diff against empty maps, one sink (the writes
+            # of the devmap happen here, inside the gateway's namespace)
+            maps = GatewayMaps.of(obj)
+            program(maps, encode_tables(bound))
+            maps.close()
         prog_pin = pin / "prog"
         if prog_pin.exists():
             prog_pin.unlink()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from crosszone.compile.encode import bind_ports
 from crosszone.compile.tables import compile_tables
-from crosszone.fastpath.maps_io import bind_ports
 from crosszone.fastpath.testing import model as ref
 from crosszone.fastpath.testing.testrun import LOOPBACK_IFINDEX, TestRunner, test_ifindexes
 from crosszone.intent.cluster import load_cluster, only_gateway

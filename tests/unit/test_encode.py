@@ -87,3 +87,27 @@ def test_bulk_records_stay_buffers_until_looked_up() -> None:
     assert len(keys) == 5 and keys[1] == struct.pack("<II", 1, 24) + bytes([10, 0, 1, 0])
     assert keys[-1] == list(keys)[4] and values.buffer == arr.values().tobytes()
     assert rec == dict(zip(keys, values)) and rec[keys[2]] == struct.pack("<II", 1, 2)
+
+
+def test_a_new_integer_field_is_encoded_by_name_alone() -> None:
+    """An integer field added to a table entry and to its struct mirror needs no encoder edit."""
+    import dataclasses
+
+    from crosszone.compile.encode import same_named
+
+    class VpcWithWeight(L.CzVpc):
+        _fields_ = (("weight", ctypes.c_uint32),)
+
+    @dataclasses.dataclass
+    class Entry:
+        vpc_id: int
+        flags: int
+        weight: int
+        prefix4: object = None  # not an integer: left to the explicit encoder
+
+    s = same_named(VpcWithWeight(), Entry(vpc_id=7, flags=3, weight=250))
+    assert (s.vpc_id, s.flags, s.weight) == (7, 3, 250)
+    assert bytes(s.prefix4) == bytes(4)
+    # an attribute the struct does not have is ignored, one the entry lacks stays zero
+    t = same_named(L.CzConfig(), Entry(vpc_id=1, flags=5, weight=9))
+    assert (t.flags, t.compute_port) == (5, 0)

@@ -14,10 +14,11 @@ tables index); `route_keys_to_lpm` gives the LPM-trie baseline's keys of the sam
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import ipaddress
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import overload
+from typing import TypeVar, overload
 
 import numpy as np
 
@@ -148,13 +149,30 @@ class Records(Mapping[bytes, bytes]):
     __hash__ = None  # type: ignore[assignment]  # a mapping, like dict
 
 
+_S = TypeVar("_S", bound=ctypes.Structure)
+
+
+def same_named(s: _S, entry: object) -> _S:
+    """s with every integer field set from entry's integer (or bool) attribute of the same name.
+
+    A table entry and its C struct share field names, so a new integer field of an entry (say a
+    per-VPC weight added to `tables.Vpc` and to `struct cz_vpc` and its mirror) is encoded
+    without touching this module. Addresses, MACs and arrays differ in form and stay explicit."""
+    fields = [f for cls in reversed(type(s).__mro__) for f in cls.__dict__.get("_fields_", ())]
+    for name, ctype, *_ in fields:
+        value = getattr(entry, name, None)
+        if isinstance(value, int) and issubclass(ctype, ctypes._SimpleCData):
+            setattr(s, name, int(value))
+    return s
+
+
 def _mask(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bytes:
     return int(net.netmask).to_bytes(net.max_prefixlen // 8, "big")
 
 
 def encode_vpc(v: Vpc) -> bytes:
     """struct cz_vpc (the value of vpcs[vpc_id])."""
-    s = L.CzVpc(vpc_id=v.vpc_id, flags=v.flags, n_plens4=len(v.plens4), n_plens6=len(v.plens6))
+    s = same_named(L.CzVpc(n_plens4=len(v.plens4), n_plens6=len(v.plens6)), v)
     if v.prefix4 is not None and v.sf4 is not None:
         L.fill(s.prefix4, v.prefix4.network_address.packed)
         L.fill(s.mask4, _mask(v.prefix4))
@@ -179,7 +197,7 @@ def encode_group(g: Group) -> bytes:
 def encode_nexthop(n: Nexthop, port: Port | None) -> bytes:
     """struct cz_nexthop, with a copy of its port's ifindex and MAC (None: no such port, so the
     next hop is unusable, as a missing port was before)."""
-    s = L.CzNexthop(port=n.port, ifindex=port.ifindex if port else 0)
+    s = same_named(L.CzNexthop(ifindex=port.ifindex if port else 0), n)
     L.fill(s.mac, n.mac)
     if port is not None:
         L.fill(s.smac, port.mac)
@@ -188,7 +206,7 @@ def encode_nexthop(n: Nexthop, port: Port | None) -> bytes:
 
 def encode_port(p: Port) -> bytes:
     """struct cz_port."""
-    s = L.CzPort(ifindex=p.ifindex)
+    s = same_named(L.CzPort(), p)
     L.fill(s.mac, p.mac)
     L.fill(s.next_hop_mac, p.next_hop_mac)
     return bytes(s)
@@ -199,7 +217,7 @@ def encode_sf(sf: StorageFacing) -> tuple[bytes, bytes]:
     key_cls = L.CzSf4Key if sf.prefix.version == 4 else L.CzSf6Key
     k = key_cls(prefixlen=sf.prefix.prefixlen)
     L.fill(k.addr, sf.prefix.network_address.packed)
-    v = L.CzSf(vpc_id=sf.vpc_id, vni=sf.vni, identity=int(sf.identity))
+    v = same_named(L.CzSf(), sf)
     L.fill(v.prefix, sf.vpc_prefix.network_address.packed)
     L.fill(v.mask, _mask(sf.vpc_prefix))
     L.fill(v.router_mac, sf.router_mac)
@@ -208,7 +226,7 @@ def encode_sf(sf: StorageFacing) -> tuple[bytes, bytes]:
 
 def encode_config(t: Tables) -> bytes:
     """struct cz_config."""
-    c = L.CzConfig(flags=t.flags, compute_port=t.compute_port)
+    c = same_named(L.CzConfig(), t)
     L.fill(c.vtep, t.vtep.packed)
     return bytes(c)
 

@@ -11,10 +11,13 @@ import pytest
 from scapy.layers.inet import IP, TCP
 from scapy.packet import Raw
 
-from crosszone.compile.encode import bind_ports
+from crosszone.abi import layout as L
+from crosszone.compile.diff import MapOp
+from crosszone.compile.encode import bind_ports, encode_tables
 from crosszone.compile.tables import compile_tables
 from crosszone.fastpath import deploy
 from crosszone.fastpath.libbpf import xdp_query_prog_id
+from crosszone.fastpath.sink import MapSink
 from crosszone.fastpath.testing import model
 from crosszone.intent.cluster import load_cluster
 from crosszone.linux.netns import in_netns
@@ -63,6 +66,15 @@ def _expected(intent: Path, netns: str, frame: bytes) -> model.Result:
     return model.process(frame, bound, ingress)
 
 
+def _stale_route(pin: Path) -> bytes:
+    """Put a route no intent has into the pinned maps; returns its key."""
+    key = bytes(L.CzRoute4Key(vpc_id=0, plen=32, addr=0x0A090909))
+    MapSink(deploy.pinned_maps(pin)).apply(
+        MapOp("put", "routes4", [key], [bytes(L.CzRoute(action=L.CZ_ACT_BLACKHOLE))]))
+    assert key in MapSink(deploy.pinned_maps(pin)).read({})["routes4"]
+    return key
+
+
 def test_both_directions_jumbo_replace_and_detach(topo):
     ns, intent, pin = topo
     deploy.attach(intent, pin, ns["gw"])
@@ -100,10 +112,19 @@ def test_both_directions_jumbo_replace_and_detach(topo):
         got = host.recv()
         assert got == _expected(intent, ns["gw"], reply).data and len(got) == 9014
 
-        # Attach again (an upgrade): the program is replaced, the pinned tables are reused.
+        # Attach again (an upgrade): the program is replaced, the pinned tables are reused and
+        # reconciled by diff: an entry the intent does not have (left by hand) is deleted.
         maps_before = {p.name: p.stat().st_ino for p in (pin / "maps").iterdir()}
+        stale = _stale_route(pin)
         deploy.attach(intent, pin, ns["gw"])
         assert {p.name: p.stat().st_ino for p in (pin / "maps").iterdir()} == maps_before
+        held = MapSink(deploy.pinned_maps(pin)).read({})
+        assert stale not in held["routes4"]
+        with in_netns(ns["gw"]):
+            bound = bind_ports(compile_tables(load_cluster(intent), "gw-a"),
+                               socket.if_nametoindex)
+        wanted = encode_tables(bound)
+        assert dict(held["routes4"]) == dict(wanted["routes4"])
         host.send(frames[0])
         assert storage.recv() == _expected(intent, ns["gw"], frames[0]).data
         stats = deploy.pinned_maps(pin).reason_stats()

@@ -30,7 +30,7 @@ from crosszone.fastpath.libbpf import (
     xdp_query_prog_id,
 )
 from crosszone.fastpath.maps_io import GatewayMaps
-from crosszone.fastpath.sink import program
+from crosszone.fastpath.sink import MapSink, program
 from crosszone.intent.cluster import load_cluster, only_gateway
 from crosszone.linux.netns import in_netns, named_netns
 
@@ -130,13 +130,17 @@ def attach_tables(
     done: list[Attachment] = []
     with in_netns(netns):
         bound = bind_ports(tables, socket.if_nametoindex)
+        reused = (pin / "maps").is_dir() and any((pin / "maps").iterdir())
         obj = BpfObject.open(obj_path, pin_maps_dir=pin / "maps")
         prog = obj.program("cz_gateway")
         if write_tables:
-            # the one programming path: encode, diff against empty maps, one sink (the writes
-            # of the devmap happen here, inside the gateway's namespace)
+            # The one programming path: encode, diff, one sink (the devmap is written here,
+            # inside the gateway's namespace). Pinned maps that an earlier attach left are read
+            # back first, so a re-attach writes only what changed and deletes what is stale.
             maps = GatewayMaps.of(obj)
-            program(maps, encode_tables(bound))
+            sink = MapSink(maps)
+            new = encode_tables(bound)
+            program(sink, new, sink.read(new) if reused else None)
             maps.close()
         prog_pin = pin / "prog"
         if prog_pin.exists():

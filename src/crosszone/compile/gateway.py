@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from crosszone.abi import layout
-from crosszone.compile import encode as mio  # the encoder (compile_gateway binds ports with it)
 from crosszone.compile.encode import (
     Entries,
     RouteArrays,
+    bind_ports,
     encode_host_set,
     encode_route_arrays,
     encode_tables,
@@ -118,7 +118,7 @@ def pool_route_arrays(vpc_id: int, group: int, p: PrefixSet) -> tuple[RouteArray
 def compile_gateway(c: Cluster, gateway: str, ifindex_of: Callable[[str], int],
                     ids: Ids | None = None) -> Desired:
     """The entries gateway's maps must hold for cluster c, on stable ids."""
-    t = mio.bind_ports(compile_tables(c, gateway, core=True), ifindex_of)
+    t = bind_ports(compile_tables(c, gateway, core=True), ifindex_of)
     old = ids or Ids()
     ids = Ids(_assign([v.name for v in t.vpcs], old.vpcs),
               _assign([g.name for g in t.groups], old.groups),

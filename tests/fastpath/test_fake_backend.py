@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from crosszone.abi.objects import BUILD_DIR as BUILD
+from crosszone.abi.objects import ROOT
 from crosszone.compile.diff import MAP_ORDER
 from crosszone.compile.gateway import compile_gateway
 from crosszone.fastpath.libbpf import BpfObject, map_specs
@@ -12,8 +14,6 @@ from crosszone.fastpath.maps_io import GatewayMaps
 from crosszone.fastpath.sink import MapSink, program
 from crosszone.fastpath.testing.fake_maps import fake_gateway
 from crosszone.intent.cluster import load_cluster
-
-from conftest import BUILD, ROOT
 
 CLUSTER = ROOT / "examples" / "cluster.yaml"
 

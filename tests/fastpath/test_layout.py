@@ -8,10 +8,10 @@ import re
 import pytest
 
 from crosszone.abi import layout
+from crosszone.abi.objects import BUILD_DIR as BUILD
+from crosszone.abi.objects import ROOT
 from crosszone.abi.reasons import REASON_MAX, Reason
 from crosszone.fastpath import btf
-
-from conftest import BUILD, ROOT
 
 BPF = ROOT / "src" / "crosszone" / "fastpath" / "bpf"
 OBJECTS = [BUILD / "xdp_gateway.o", BUILD / "xdp_gateway_lpm.o"]

@@ -7,10 +7,9 @@ import errno
 
 import pytest
 
+from crosszone.abi.objects import BUILD_DIR as BUILD
 from crosszone.fastpath.libbpf import BpfError, MapType, map_specs
 from crosszone.fastpath.testing.fake_maps import BPF_F_MMAPABLE, FakeMap
-
-from conftest import BUILD
 
 
 def u32(i: int) -> bytes:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from crosszone.abi.objects import BUILD_DIR as BUILD
 from crosszone.compile.diff import ARRAY_MAPS, MapOp, diff_entries
 from crosszone.compile.encode import bind_ports, encode_tables, u32
 from crosszone.compile.gateway import compile_gateway
@@ -17,8 +18,6 @@ from crosszone.compile.tables import compile_tables
 from crosszone.fastpath.sink import MapSink, program
 from crosszone.fastpath.testing.fake_maps import fake_gateway
 from crosszone.intent.cluster import load_cluster, parse_cluster, to_document
-
-from conftest import BUILD
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "examples" / "cluster.yaml"

@@ -12,6 +12,7 @@ import errno
 import numpy as np
 import pytest
 
+from crosszone.abi.objects import BUILD_DIR as BUILD
 from crosszone.fastpath.libbpf_abi import BpfError
 from crosszone.fastpath.slot_table import (
     ROUTES4,
@@ -21,7 +22,6 @@ from crosszone.fastpath.slot_table import (
 )
 from crosszone.fastpath.testing.fake_maps import fake_gateway
 
-from conftest import BUILD
 from slot_table_cases import (  # noqa: F401  (collected by pytest as this module's tests)
     _clear,
     _colliding,

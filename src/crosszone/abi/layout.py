@@ -264,5 +264,10 @@ MIRRORS: dict[str, type[ctypes.Structure]] = {
 
 
 def fill(array: ctypes.Array, data: bytes) -> None:  # type: ignore[type-arg]
-    """Copy bytes into a ctypes byte array field."""
+    """Copy bytes into a ctypes byte array field; ValueError if they do not fit."""
+    # memmove does not know the field's size: longer data would write past the field and the
+    # struct (issue 12: 41 IPv6 prefix lengths into the 32-byte plens6).
+    size = ctypes.sizeof(array)
+    if len(data) > size:
+        raise ValueError(f"{len(data)} bytes do not fit a {size}-byte field")
     ctypes.memmove(array, data, len(data))

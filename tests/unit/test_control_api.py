@@ -200,3 +200,45 @@ def test_metrics_exposition(setup) -> None:
                    'crosszone_table_entries{table="routes4"} 7.0',
                    "crosszone_applied_revision", "crosszone_reconcile_seconds_bucket"):
         assert needle in text, needle
+
+
+def _lengths6(lengths: range) -> list[str]:
+    """One IPv6 prefix of each length, all inside fd20::/16 (no host bits)."""
+    import ipaddress
+
+    return [str(ipaddress.IPv6Network((0xFD20 << 112 | 0xABCD << 96, n), strict=False))
+            for n in lengths]
+
+
+def test_ipv6_prefix_changes_are_fully_validated(setup) -> None:
+    """Issue 12 findings 1-2: an IPv6 prefix held by another pool of the same VPC, one already
+    present, one removed while absent, and more than CZ_MAX_PLENS6 lengths in one VPC are 422s
+    that write nothing; a restarted controller and the checker still accept the stored state."""
+    store, ctl, api = setup
+    api.post("/v1/intent", content=CLUSTER.read_text(), headers=AUTH)
+    rev, before = store.revision(), store.get_prefix("intent/")[0]
+    for pool, body, why in (
+            ("checkpoints", {"add": ["fd10::/48"]}, "is also defined at storage_pools[0]"),
+            ("datasets", {"add": ["fd10::/48"]}, "already in the pool: fd10::/48"),
+            ("datasets", {"add": ["fd11::/48", "fd11::/48"]}, "already in the pool"),
+            ("datasets", {"remove": ["fd99::/48"]}, "not in the pool: fd99::/48"),
+            ("datasets", {"remove": ["fd10::/48", "fd10::/48"]}, "not in the pool"),
+            ("datasets", {"remove": ["172.16.0.0/16", "172.16.0.0/16"]}, "not in the pool"),
+            ("datasets", {"add": ["fd00:a:0:0:8000::/65"]}, "overlaps the address space")):
+        r = api.post(f"/v1/pools/{pool}/prefixes", json=body, headers=AUTH)
+        assert r.status_code == 422 and why in r.json()["detail"], (body, r.json())
+        assert store.revision() == rev and store.get_prefix("intent/")[0] == before
+    # 20 new lengths pass (21 in all with fd10::/48), 20 more would make 41 > 32.
+    ok = api.post("/v1/pools/checkpoints/prefixes", json={"add": _lengths6(range(17, 37))},
+                  headers=AUTH)
+    assert ok.status_code == 200
+    rev, before = store.revision(), store.get_prefix("intent/")[0]
+    r = api.post("/v1/pools/checkpoints/prefixes", json={"add": _lengths6(range(37, 57))},
+                 headers=AUTH)
+    assert r.status_code == 422 and "distinct IPv6 prefix lengths" in r.json()["detail"]
+    assert store.revision() == rev and store.get_prefix("intent/")[0] == before
+    restarted = Controller(store)  # would raise InvalidIntentError on a bad stored state
+    from crosszone.store.objects import split_cluster
+
+    assert split_cluster(restarted.cluster) == split_cluster(ctl.cluster)
+    parse_cluster(yaml.safe_dump(restarted.document()))

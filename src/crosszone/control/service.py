@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from crosszone.abi import layout
 from crosszone.compile.diff import diff_entries
 from crosszone.compile.gateway import compile_gateway
 from crosszone.intent.checks import IntentProblem, as_error, check_cluster
@@ -147,14 +148,26 @@ class Controller:
     def _edit(self, cur: PrefixSet, plus: PrefixSet, minus: PrefixSet, pool: str
               ) -> tuple[PrefixSet, np.ndarray]:
         """The pool's prefixes after the change, and their sorted packed IPv4 keys."""
+        where = f"storage_pools[{pool}].prefixes"
         s = self._sorted4(pool)
         k_plus, k_minus = plus.keys4(), minus.keys4()
         if member_sorted(s, k_plus).any() or len(np.unique(k_plus)) != len(k_plus):
             raise InvalidIntentError("a prefix to add is already in the pool", path="request",
-                                     where=f"storage_pools[{pool}].prefixes")
-        if not member_sorted(s, k_minus).all():
+                                     where=where)
+        if not member_sorted(s, k_minus).all() or len(np.unique(k_minus)) != len(k_minus):
             raise InvalidIntentError("a prefix to remove is not in the pool", path="request",
-                                     where=f"storage_pools[{pool}].prefixes")
+                                     where=where)
+        # IPv6 prefixes are few (at most CZ_MAX_PLENS6 lengths per VPC): plain sets suffice.
+        have6, add6, del6 = cur.networks6(), plus.networks6(), minus.networks6()
+        have6_set = set(have6)
+        for net in add6:
+            if net in have6_set or add6.count(net) > 1:
+                raise InvalidIntentError(f"a prefix to add is already in the pool: {net}",
+                                         path="request", where=where)
+        for net in del6:
+            if net not in have6_set or del6.count(net) > 1:
+                raise InvalidIntentError(f"a prefix to remove is not in the pool: {net}",
+                                         path="request", where=where)
         if len(k_minus):
             keep = ~member_sorted(np.sort(k_minus), cur.keys4())
             s = np.delete(s, np.searchsorted(s, k_minus))
@@ -162,40 +175,54 @@ class Controller:
             keep = slice(None)  # type: ignore[assignment]
         k_sorted = np.sort(k_plus)
         s = np.insert(s, np.searchsorted(s, k_sorted), k_sorted)
-        six_minus = set(minus.networks6())
-        six = [n for n in cur.networks6() if n not in six_minus] + plus.networks6()
-        rest = PrefixSet.from_networks(six)
+        six_minus = set(del6)
+        rest = PrefixSet.from_networks([n for n in have6 if n not in six_minus] + add6)
         return concat([PrefixSet(cur.addr4[keep], cur.plen4[keep], rest.hi6, rest.lo6,
                                  rest.plen6), PrefixSet(plus.addr4, plus.plen4, *(
                                      np.zeros(0, t) for t in (np.uint64, np.uint64, np.uint8)))]), s
 
     def _check_delta(self, cluster: Cluster, pool: str, plus: PrefixSet) -> None:
-        """Check the added prefixes against every VPC that uses the pool (not the whole
-        intent: a one-route change must not cost a million-route validation)."""
-        if len(plus) == 0:
-            return
+        """Validate the cluster after a prefix change with the one checker, without paying for
+        a million-route validation on a one-route change.
+
+        check_cluster runs on the new cluster with every pool's IPv4 prefixes replaced by the
+        added ones (hosts left out: a prefix change cannot affect them). What that leaves out
+        is exactly what needs the whole IPv4 sets: duplicates of an added prefix in another
+        pool of the same VPC (binary search in the sorted keys here; duplicates within the
+        pool were refused by _edit) and the table capacity (counted here). IPv6 is kept whole
+        (few prefixes), so its duplicates and distinct lengths per VPC are checked as usual."""
         for i, v in enumerate(cluster.vpcs):
-            if pool not in v.storage_pools:
+            if pool not in v.storage_pools or len(plus.addr4) == 0:
                 continue
-            sorted_others = [self._sorted4(p.name) for p in cluster.storage_pools
-                             if p.name in v.storage_pools and p.name != pool]
-            if v.routes:
-                sorted_others.append(np.sort(PrefixSet.from_networks(
-                    [r.prefix for r in v.routes]).keys4()))
-            for other in sorted_others:
-                if member_sorted(other, plus.keys4()).any():
+            for other in v.storage_pools:
+                if other != pool and member_sorted(self._sorted4(other), plus.keys4()).any():
                     raise InvalidIntentError(f"a prefix to add is already a route of VPC "
-                                             f"{v.name}", path="request", where=f"vpcs[{i}]")
-            try:
-                small = cluster.model_copy(update={
-                    "vpcs": [v], "hosts": [], "hosts_compact": HostSet.empty(),
-                    "storage_pools": [
-                        p.model_copy(update={"prefixes": plus}) if p.name == pool else
-                        p.model_copy(update={"prefixes": PrefixSet.empty()})
-                        for p in cluster.storage_pools]})
-                check_cluster(small)  # the added prefixes against the VPC's own space
-            except IntentProblem as problem:
-                raise as_error(problem, "request", None) from None
+                                             f"{v.name} (storage pool {other})", path="request",
+                                             where=f"vpcs[{i}]")
+        routes4 = routes6 = 0
+        sizes = {p.name: (len(p.prefixes.addr4), len(p.prefixes.hi6))
+                 for p in cluster.storage_pools}
+        for v in cluster.vpcs:
+            for name in v.storage_pools:
+                routes4 += sizes.get(name, (0, 0))[0]
+                routes6 += sizes.get(name, (0, 0))[1]
+            routes4 += sum(r.prefix.version == 4 for r in v.routes)
+            routes6 += sum(r.prefix.version == 6 for r in v.routes)
+        if routes4 > layout.CZ_MAX_ROUTES4 or routes6 > layout.CZ_MAX_ROUTES6:
+            raise InvalidIntentError(f"{routes4} IPv4 / {routes6} IPv6 routes; the tables hold "
+                                     f"{layout.CZ_MAX_ROUTES4} / {layout.CZ_MAX_ROUTES6}",
+                                     path="request", where="vpcs")
+        no4 = (np.zeros(0, np.uint32), np.zeros(0, np.uint8))
+        small = cluster.model_copy(update={
+            "hosts": [], "hosts_compact": HostSet.empty(),
+            "storage_pools": [p.model_copy(update={"prefixes": PrefixSet(
+                *((plus.addr4, plus.plen4) if p.name == pool else no4),
+                p.prefixes.hi6, p.prefixes.lo6, p.prefixes.plen6)})
+                for p in cluster.storage_pools]})
+        try:
+            check_cluster(small)
+        except IntentProblem as problem:
+            raise as_error(problem, "request", None) from None
 
     def _chunk_writes(self, pool: str, new_set: PrefixSet, touched: set[int]
                       ) -> dict[str, bytes | None]:

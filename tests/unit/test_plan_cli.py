@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import typer
+import yaml
 from typer.testing import CliRunner
 
 from crosszone.bench.commands import register as register_bench
@@ -130,29 +131,27 @@ def test_missing_catalog_field_via_cli(app, tmp_path):
     )
 
 
-def test_intent_counts(app, tmp_path):
-    loader = pytest.importorskip("crosszone.intent.loader")  # the intent plane is being written
-    del loader
-    intents = [p for p in (ROOT / "examples" / "two-zone.yaml",) if p.is_file()]
-    if not intents:
-        pytest.skip("no example intent file yet")
-    result = run(
-        app,
-        "plan",
-        "--demand",
-        "1Tbps",
-        "--catalog",
-        CATALOG,
-        "--intent",
-        str(intents[0]),
-        "--json",
-    )
-    # The intent schema is still moving: an example that no longer validates must still give a
-    # clean one-line error, never a traceback.
-    assert result.exit_code in (0, 2), result.output
+def test_intent_counts(app):
+    """--intent counts the example intent's tables: exit 0, and as many VPCs as the file has."""
+    intent = ROOT / "examples" / "gateway.yaml"
+    result = run(app, "plan", "--demand", "1Tbps", "--catalog", CATALOG, "--intent",
+                 str(intent), "--json")
+    assert result.exit_code == 0, result.output
+    n_vpcs = len(yaml.safe_load(intent.read_text())["vpcs"])
+    for platform in json.loads(result.output)["platforms"]:
+        tables = platform["tables"]["tables"]  # the fit record; its "tables": per table
+        assert tables["vpcs"]["needed"] == n_vpcs, platform
+        assert tables["routes"]["needed"] > 0 and tables["hosts"]["needed"] > 0, platform
+
+
+def test_intent_that_is_not_an_intent(app):
+    """An emulator topology given as --intent is a user error: exit 2, one line, no traceback."""
+    topo = ROOT / "examples" / "two-zone.yaml"
+    result = run(app, "plan", "--demand", "1Tbps", "--catalog", CATALOG, "--intent", str(topo),
+                 "--json")
+    assert result.exit_code == 2, result.output
+    assert f"{topo}" in result.output and "version" in result.output
     assert "Traceback" not in result.output
-    if result.exit_code == 0:
-        assert "tables" in json.loads(result.output)["platforms"][0]
 
 
 def test_simulate_json_and_chart(app, tmp_path):

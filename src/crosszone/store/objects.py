@@ -109,6 +109,9 @@ def join_hosts(objs: Mapping[str, bytes]) -> HostSet:
                 parts.append(parse_hosts(value.decode()))
             except (HostError, UnicodeDecodeError) as exc:
                 raise InvalidIntentError(str(exc), path="store", where=key) from None
+            except Exception as exc:  # any bytes may be stored: reject them
+                raise InvalidIntentError(f"malformed ({type(exc).__name__}: {exc})"[:500],
+                                         path="store", where=key) from None
     return concat_hosts(parts)
 
 
@@ -126,19 +129,52 @@ def parse_chunk(key: str, value: bytes) -> PrefixSet:
         return parse_block(value.decode())
     except (PrefixError, UnicodeDecodeError) as exc:
         raise InvalidIntentError(str(exc), path="store", where=key) from None
+    except Exception as exc:  # any bytes may be stored: reject them
+        raise InvalidIntentError(f"malformed ({type(exc).__name__}: {exc})"[:500],
+                                 path="store", where=key) from None
+
+
+def _core_document(raw: bytes) -> dict:
+    """intent/core as a JSON object, or InvalidIntentError (whatever the bytes are)."""
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError, TypeError) as exc:
+        # RecursionError: a deeply nested array is refused by the decoder's depth guard
+        msg = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise InvalidIntentError(f"not JSON: {msg}", path="store", where=CORE) from None
+    if not isinstance(doc, dict):
+        raise InvalidIntentError(f"not a JSON object but {type(doc).__name__}", path="store",
+                                 where=CORE)
+    pools = doc.get("storage_pools", [])
+    if not isinstance(pools, list):
+        raise InvalidIntentError(f"storage_pools is {type(pools).__name__}, not a list",
+                                 path="store", where=f"{CORE}:storage_pools")
+    return doc
 
 
 def join_objects(objs: Mapping[str, bytes], chunks: Mapping[str, PrefixSet] | None = None
                  ) -> Cluster:
     """Store objects -> validated Cluster (InvalidIntentError if they do not make one).
 
-    chunks may hold already parsed chunk prefixes by key (the agent caches them)."""
+    chunks may hold already parsed chunk prefixes by key (the agent caches them). The objects
+    come from a store anyone with write access may fill, so any bytes are expected: whatever
+    they are, the only error raised is InvalidIntentError naming the key."""
+    try:
+        return _join(objs, chunks)
+    except InvalidIntentError:
+        raise
+    except Exception as exc:  # a decoder bug must reject, never crash
+        # Guard of last resort: the explicit checks above should catch every malformed object;
+        # anything that still slips through (a validator tripping over an odd type, recursion
+        # in a deeply nested value) is a bad revision, not a reason to stop an agent.
+        raise InvalidIntentError(f"malformed store objects ({type(exc).__name__}: {exc})"[:500],
+                                 path="store", where=CORE) from None
+
+
+def _join(objs: Mapping[str, bytes], chunks: Mapping[str, PrefixSet] | None) -> Cluster:
     if CORE not in objs:
         raise InvalidIntentError("no intent stored yet", path="store", where=CORE)
-    try:
-        doc = json.loads(objs[CORE])
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidIntentError(f"not JSON: {exc}", path="store", where=CORE) from None
+    doc = _core_document(objs[CORE])
     by_pool: dict[str, list[PrefixSet]] = {}
     for key, value in sorted(objs.items()):
         if key.startswith(POOL):
@@ -147,9 +183,9 @@ def join_objects(objs: Mapping[str, bytes], chunks: Mapping[str, PrefixSet] | No
             by_pool.setdefault(pool, []).append(ps)
     for pool in doc.get("storage_pools", []):
         if isinstance(pool, dict):
-            pool["prefixes"] = concat(by_pool.get(pool.get("name", ""), []))
-    if isinstance(doc, dict):
-        doc["hosts_compact"] = join_hosts(objs)
+            name = pool.get("name", "")
+            pool["prefixes"] = concat(by_pool.get(name, []) if isinstance(name, str) else [])
+    doc["hosts_compact"] = join_hosts(objs)
     try:
         c = Cluster.model_validate(doc)
         check_cluster(c)

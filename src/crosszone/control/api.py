@@ -9,76 +9,190 @@ field), and nothing is written.
     POST /v1/pools/{pool}/prefixes?dry_run=  {add, remove}  -> revision
     GET  /v1/status                                      -> desired revision, each gateway's report
     GET  /healthz
+
+Limits (docs/control.md): the token is checked and the body size bounded by `RequestGuard`, an
+ASGI layer in front of FastAPI, before a byte of the body is read, so an unauthenticated or
+oversized request costs neither memory nor parsing. Validation, compilation and JSON parsing of
+a request run in a worker thread, so a big apply never stalls /healthz or the reads. /docs and
+/redoc are off: FastAPI's pages load their scripts from a public CDN, and no page served here
+may reference another host; /openapi.json is the API's description.
 """
 
 from __future__ import annotations
 
 import hmac
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Request
-from pydantic import BaseModel
+from fastapi import FastAPI, HTTPException, Request
+from pydantic import BaseModel, ValidationError
+from starlette.concurrency import run_in_threadpool
 
 from crosszone.control.service import Controller
 from crosszone.intent.errors import InvalidIntentError
 from crosszone.store.store import StoreUnavailable
 
+# Measured with bench.control.synthetic: 1M routes + 100k compact hosts are 26.4 MB of YAML
+# (30.9 MB with verbose hosts), a full 2M-route table 42.2 MB. 64 MiB takes the largest intent
+# the tables can hold and bounds what one request may make the controller buffer.
+DEFAULT_MAX_BODY = 64 << 20
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+Asgi = Callable[[Scope, Receive, Send], Awaitable[None]]
+
 
 class PrefixChange(BaseModel):
     """Prefixes to add to and remove from one storage pool."""
+
+    model_config = {"extra": "forbid"}
 
     add: list[str] = []
     remove: list[str] = []
 
 
-def create_app(controller: Controller, token: str) -> FastAPI:
-    """The API of one controller; token guards every write."""
-    app = FastAPI(title="crosszone controller", version="1",
-                  description="Desired state of a crosszone gateway cluster.")
+def bearer_ok(authorization: str, token: str) -> bool:
+    """True when the header is exactly `Bearer <token>` (a bare token is refused)."""
+    scheme, _, given = authorization.partition(" ")
+    if not token or scheme != "Bearer" or not given:
+        return False
+    return hmac.compare_digest(given.strip().encode(), token.encode())
 
-    def require_token(authorization: str = Header(default="")) -> None:
-        given = authorization.removeprefix("Bearer ").strip()
-        if not token or not hmac.compare_digest(given.encode(), token.encode()):
-            raise HTTPException(401, "missing or wrong token (Authorization: Bearer <token>)")
 
-    def guard(fn: Any) -> Any:
-        try:
-            return fn()
-        except InvalidIntentError as exc:
-            raise HTTPException(422, str(exc)) from None
-        except StoreUnavailable as exc:
-            raise HTTPException(503, f"store unavailable: {exc}") from None
+class RequestGuard:
+    """ASGI layer: 401 for a write without the token, 413 for a body above max_body, both
+    answered before the body is read; the accepted body is read here (at most max_body bytes)
+    and replayed to the application."""
 
-    @app.post("/v1/intent", dependencies=[Depends(require_token)])
+    def __init__(self, app: Asgi, token: str, max_body: int) -> None:
+        self.app, self.token, self.max_body = app, token, max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Check the headers, then read a bounded body, then call the application."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope.get("headers", [])}
+        if scope["method"] not in READ_METHODS and not bearer_ok(
+                headers.get("authorization", ""), self.token):
+            await _refuse(send, 401, "missing or wrong token (Authorization: Bearer <token>)",
+                          {"www-authenticate": "Bearer"})
+            return
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_body):
+            await _refuse(send, 413, f"request body above {self.max_body} bytes (--max-body)")
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:  # a chunked body has no length: count as it comes, stop at the limit
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            size += len(message.get("body", b""))
+            if size > self.max_body:
+                await _refuse(send, 413, f"request body above {self.max_body} bytes (--max-body)")
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        chunks.clear()
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # after the body: wait for the disconnect, as ASGI says
+
+        await self.app(scope, replay, send)
+
+
+async def _refuse(send: Send, status: int, detail: str, extra: dict[str, str] | None = None
+                  ) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
+               (b"connection", b"close")]
+    headers += [(k.encode(), v.encode()) for k, v in (extra or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _guard(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except InvalidIntentError as exc:
+        raise HTTPException(422, str(exc)) from None
+    except StoreUnavailable as exc:
+        raise HTTPException(503, f"store unavailable: {exc}") from None
+
+
+def _prefix_change(body: bytes) -> PrefixChange:
+    try:
+        return PrefixChange.model_validate_json(body)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "body"
+        raise InvalidIntentError(err["msg"], path="request", where=where) from None
+
+
+def create_app(controller: Controller, token: str, max_body: int = DEFAULT_MAX_BODY) -> Asgi:
+    """The API of one controller behind its RequestGuard; token guards every write."""
+    app = FastAPI(title="crosszone controller", version="1", docs_url=None, redoc_url=None,
+                  description="Desired state of a crosszone gateway cluster. Writes need "
+                  "`Authorization: Bearer <token>`.")
+
+    @app.post("/v1/intent", openapi_extra={"requestBody": {
+        "required": True, "content": {"application/yaml": {"schema": {"type": "string"}}}}})
     async def apply_intent(request: Request, dry_run: bool = False) -> dict[str, Any]:
         """Apply (or, with dry_run, only diff) an intent given as YAML in the body."""
-        body = await request.body()
-        try:
-            text = body.decode()
-        except UnicodeDecodeError:
-            raise HTTPException(422, "request: the intent is not UTF-8 text") from None
-        return guard(lambda: controller.apply(text, dry_run=dry_run).as_dict())
+        body = await request.body()  # already read (bounded) by RequestGuard
+
+        def work() -> dict[str, Any]:
+            try:
+                text = body.decode()
+            except UnicodeDecodeError:
+                raise InvalidIntentError("the intent is not UTF-8 text", path="request") from None
+            return controller.apply(text, dry_run=dry_run).as_dict()
+
+        # Off the event loop: a 1M-route apply takes seconds; /healthz and reads go on.
+        return await run_in_threadpool(_guard, work)
 
     @app.get("/v1/intent")
     def get_intent() -> dict[str, Any]:
         """The desired state as a version-2 document."""
-        return guard(lambda: {"revision": controller.revision, "intent": controller.document()})
+        return _guard(lambda: {"revision": controller.revision, "intent": controller.document()})
 
-    @app.post("/v1/pools/{pool}/prefixes", dependencies=[Depends(require_token)])
-    def change_prefixes(pool: str, change: PrefixChange, dry_run: bool = False
-                        ) -> dict[str, Any]:
+    @app.post("/v1/pools/{pool}/prefixes", openapi_extra={"requestBody": {
+        "required": True, "content": {"application/json": {
+            "schema": PrefixChange.model_json_schema()}}}})
+    async def change_prefixes(pool: str, request: Request, dry_run: bool = False
+                              ) -> dict[str, Any]:
         """Add and remove prefixes of one storage pool."""
-        return guard(lambda: controller.change_prefixes(pool, change.add, change.remove,
-                                                        dry_run).as_dict())
+        body = await request.body()
+
+        def work() -> dict[str, Any]:
+            # JSON parsing of a big delta happens here, in the worker thread, too.
+            change = _prefix_change(body)
+            return controller.change_prefixes(pool, change.add, change.remove,
+                                              dry_run).as_dict()
+
+        return await run_in_threadpool(_guard, work)
 
     @app.get("/v1/status")
     def status() -> dict[str, Any]:
         """Desired revision and every gateway's report (revision applied, health, counters)."""
-        return guard(controller.status)
+        return _guard(controller.status)
 
     @app.get("/healthz")
-    def healthz() -> dict[str, Any]:
-        """Liveness."""
+    async def healthz() -> dict[str, Any]:
+        """Liveness (answered on the event loop: it must never wait for a write)."""
         return {"ok": True, "revision": controller.revision}
 
-    return app
+    return RequestGuard(app, token, max_body)

@@ -14,9 +14,12 @@ class ControllerError(RuntimeError):
 class Client:
     """Talk to one controller."""
 
-    def __init__(self, url: str, token: str = "", timeout: float = 60.0) -> None:
+    def __init__(self, url: str, token: str = "", timeout: float = 60.0,
+                 verify: str | bool = True) -> None:
+        # verify: True (system CAs) or the path of a PEM CA file for an https controller
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+        self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout,
+                                  verify=verify)
 
     def _call(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
         try:

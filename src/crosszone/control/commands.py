@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -11,6 +12,7 @@ from rich.table import Table
 console = Console()
 DEFAULT_URL = "http://127.0.0.1:8470"
 DEFAULT_STORE = "sqlite:///var/lib/crosszone/state.db"
+DEFAULT_MAX_BODY = 64 << 20  # = control.api.DEFAULT_MAX_BODY (not imported: keeps the CLI light)
 
 
 def _fail(msg: str) -> None:
@@ -18,53 +20,91 @@ def _fail(msg: str) -> None:
     raise typer.Exit(2)
 
 
+TOKEN_ARGV = ("a token on the command line is visible to every user (ps, /proc); "
+              "give it in CROSSZONE_TOKEN or in a file with --token-file")
+
+
+def read_token(token_file: Path | None, argv_token: str | None) -> str:
+    """The API token: from --token-file if given, else CROSSZONE_TOKEN; never from argv."""
+    if argv_token is not None:
+        _fail(TOKEN_ARGV)
+    if token_file is not None:
+        try:
+            return token_file.read_text().strip()
+        except OSError as exc:
+            _fail(f"--token-file {token_file}: {exc.strerror or exc}")
+    return os.environ.get("CROSSZONE_TOKEN", "").strip()
+
+
+# Refuses a value with TOKEN_ARGV (kept, hidden, so an old script fails with the way out).
+_ARGV_TOKEN = typer.Option(None, "--token", hidden=True, help=TOKEN_ARGV)
+_TOKEN_FILE = typer.Option(None, "--token-file", envvar="CROSSZONE_TOKEN_FILE",
+                           help="File holding the API token (else CROSSZONE_TOKEN).")
+
+
 def controller_cmd(
     store: str = typer.Option(DEFAULT_STORE, "--store", envvar="CROSSZONE_STORE",
                               help="sqlite:///path.db (default) or etcd://host:port."),
     listen: str = typer.Option("127.0.0.1:8470", "--listen", help="host:port of the API."),
-    token: str = typer.Option("", "--token", envvar="CROSSZONE_TOKEN",
-                              help="Token every write must carry (required)."),
+    token_file: Path | None = _TOKEN_FILE,
+    argv_token: str | None = _ARGV_TOKEN,
+    max_body: int = typer.Option(DEFAULT_MAX_BODY, "--max-body", min=1024,
+                                 help="Largest request body in bytes (larger: 413)."),
+    tls_cert: Path | None = typer.Option(None, "--tls-cert", help="PEM certificate: serve https."),
+    tls_key: Path | None = typer.Option(None, "--tls-key", help="PEM private key of --tls-cert."),
 ) -> None:
-    """Serve the REST API (OpenAPI at /docs and /openapi.json) over the store."""
+    """Serve the REST API (OpenAPI at /openapi.json) over the store."""
     import uvicorn
 
     from crosszone.control.api import create_app
     from crosszone.control.service import Controller
     from crosszone.store.store import open_store
 
+    token = read_token(token_file, argv_token)
     if not token:
-        _fail("a token is required (--token or CROSSZONE_TOKEN)")
+        _fail("a token is required (CROSSZONE_TOKEN or --token-file)")
+    if (tls_cert is None) != (tls_key is None):
+        _fail("--tls-cert and --tls-key go together")
     if store.startswith("sqlite://"):
         Path(store.removeprefix("sqlite://")).parent.mkdir(parents=True, exist_ok=True)
     ctl = Controller(open_store(store))
     host, _, port = listen.rpartition(":")
-    uvicorn.run(create_app(ctl, token), host=host or "127.0.0.1", port=int(port),
-                log_level="warning")
+    uvicorn.run(create_app(ctl, token, max_body), host=host or "127.0.0.1", port=int(port),
+                log_level="warning",
+                ssl_certfile=str(tls_cert) if tls_cert else None,
+                ssl_keyfile=str(tls_key) if tls_key else None)
 
 
-def _client(url: str, token: str):
+def _client(url: str, token: str, ca_cert: Path | None = None):
     from crosszone.control.client import Client
 
-    return Client(url, token)
+    return Client(url, token, verify=str(ca_cert) if ca_cert else True)
+
+
+_CA_CERT = typer.Option(None, "--ca-cert", envvar="CROSSZONE_CA_CERT",
+                        help="PEM CA (or self-signed certificate) of an https controller.")
 
 
 def apply_cmd(
     file: Path = typer.Argument(..., help="Intent YAML (version 1 or 2)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the diff, change nothing."),
     url: str = typer.Option(DEFAULT_URL, "--controller", envvar="CROSSZONE_CONTROLLER"),
-    token: str = typer.Option("", "--token", envvar="CROSSZONE_TOKEN"),
+    token_file: Path | None = _TOKEN_FILE,
+    argv_token: str | None = _ARGV_TOKEN,
+    ca_cert: Path | None = _CA_CERT,
 ) -> None:
     """Send an intent to the controller (validated there and here first)."""
     from crosszone.control.client import ControllerError
     from crosszone.intent.cluster import load_cluster
     from crosszone.intent.errors import InvalidIntentError
 
+    token = read_token(token_file, argv_token)
     try:
         load_cluster(file)
     except InvalidIntentError as exc:
         _fail(str(exc))
     try:
-        out = _client(url, token).apply(file.read_text(), dry_run=dry_run)
+        out = _client(url, token, ca_cert).apply(file.read_text(), dry_run=dry_run)
     except ControllerError as exc:
         _fail(str(exc))
         return
@@ -88,12 +128,13 @@ def apply_cmd(
 
 def status_cmd(
     url: str = typer.Option(DEFAULT_URL, "--controller", envvar="CROSSZONE_CONTROLLER"),
+    ca_cert: Path | None = _CA_CERT,
 ) -> None:
     """Per-gateway status: revision applied, health, counters."""
     from crosszone.control.client import ControllerError
 
     try:
-        out = _client(url, "").status()
+        out = _client(url, "", ca_cert).status()
     except ControllerError as exc:
         _fail(str(exc))
         return

@@ -111,3 +111,25 @@ def test_a_new_integer_field_is_encoded_by_name_alone() -> None:
     # an attribute the struct does not have is ignored, one the entry lacks stays zero
     t = same_named(L.CzConfig(), Entry(vpc_id=1, flags=5, weight=9))
     assert (t.flags, t.compute_port) == (5, 0)
+
+
+def test_records_change_like_a_dict_and_hand_on_what_they_hold() -> None:
+    """A bulk Records: reads, writes and deletes behave as on a dict, and the buffers handed to
+    a batch write follow the changes (not the encoding they started from)."""
+    import numpy as np
+
+    k = np.arange(4, dtype="<u4")
+    v = np.arange(10, 14, dtype="<u4")
+    r = enc.Records(k, v)
+    assert len(r) == 4 and r[enc.u32(2)] == enc.u32(12) and enc.u32(9) not in r
+    keys, values = r.record_lists()
+    assert list(keys) == [enc.u32(i) for i in range(4)]
+    r.update({enc.u32(9): enc.u32(19)})
+    r[enc.u32(0)] = enc.u32(20)
+    del r[enc.u32(1)]
+    assert r.pop(enc.u32(3)) == enc.u32(13)
+    assert dict(r) == {enc.u32(0): enc.u32(20), enc.u32(2): enc.u32(12), enc.u32(9): enc.u32(19)}
+    keys, values = r.record_lists()
+    assert dict(zip(keys, values)) == dict(r) and len(keys) == 3
+    both = enc.Records.join([enc.Records(k[:2], v[:2]), enc.Records(k[2:], v[2:])])
+    assert dict(both) == dict(enc.Records(k, v))

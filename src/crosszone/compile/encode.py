@@ -17,8 +17,8 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import ipaddress
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TypeVar, overload
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from typing import Any, TypeVar, overload
 
 import numpy as np
 
@@ -106,10 +106,10 @@ class RecordList(Sequence[bytes]):
         return iter(split(self.buffer, self.size))
 
 
-class Records(Mapping[bytes, bytes]):
+class Records(MutableMapping[bytes, bytes]):
     """Entries encoded as two contiguous buffers (a bulk table: a million routes), a mapping
-    like any other map's entries. The dict is built only when a key is looked up; a diff
-    against an empty map hands the buffers on as they are (`record_lists`)."""
+    like any other map's entries. The dict is built only when a key is looked up or an entry
+    changes; a diff against an empty map hands the buffers on as they are (`record_lists`)."""
 
     def __init__(self, keys: np.ndarray, values: np.ndarray) -> None:
         self.keys_buf = keys.tobytes()
@@ -118,6 +118,7 @@ class Records(Mapping[bytes, bytes]):
         self.value_size = values.dtype.itemsize
         self._n = len(keys)
         self._dict: dict[bytes, bytes] | None = None
+        self._changed = False  # the dict differs from the buffers
 
     @property
     def dict(self) -> dict[bytes, bytes]:
@@ -127,16 +128,50 @@ class Records(Mapping[bytes, bytes]):
                                   split(self.values_buf, self.value_size)))
         return self._dict
 
+    @classmethod
+    def join(cls, parts: Sequence[Records]) -> Records:
+        """One Records of several with the same layouts (their buffers concatenated)."""
+        out = cls.__new__(cls)
+        out.keys_buf = b"".join(p.keys_buf for p in parts)
+        out.values_buf = b"".join(p.values_buf for p in parts)
+        out.key_size, out.value_size = parts[0].key_size, parts[0].value_size
+        out._n = sum(p._n for p in parts)
+        out._dict = None
+        out._changed = False
+        return out
+
     def record_lists(self) -> tuple[RecordList, RecordList]:
-        """(keys, values) in encoding order, without building the dict."""
+        """(keys, values) in encoding order, without building the dict (after a change, in the
+        dict's order)."""
+        if self._changed and self._dict is not None:
+            return (RecordList(b"".join(self._dict), self.key_size),
+                    RecordList(b"".join(self._dict.values()), self.value_size))
         return RecordList(self.keys_buf, self.key_size), RecordList(self.values_buf,
                                                                     self.value_size)
+
+    def __setitem__(self, k: bytes, v: bytes) -> None:
+        self.dict[k] = v
+        self._changed = True
+
+    def __delitem__(self, k: bytes) -> None:
+        del self.dict[k]
+        self._changed = True
+
+    def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        """dict.update on the entries (one C-level update, not a loop of __setitem__)."""
+        self.dict.update(*args, **kwargs)
+        self._changed = True
 
     def __len__(self) -> int:
         return self._n if self._dict is None else len(self._dict)
 
     def __getitem__(self, k: bytes) -> bytes:
-        return self.dict[k]
+        d = self._dict if self._dict is not None else self.dict
+        return d[k]
+
+    def __contains__(self, k: object) -> bool:
+        d = self._dict if self._dict is not None else self.dict
+        return k in d
 
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.dict)
@@ -414,9 +449,14 @@ def encode_tables(t: Tables, extra_routes: Iterable[RouteArrays] = (),
     e["hosts"] = encode_hosts(t.hosts)
     vpc_of = {v.vni: v.vpc_id for v in t.vpcs}
     e["vtep_allowed"] = encode_vteps(t.vteps, vpc_of)
+    # The routes of a family stay one Records (two buffers): merging them into a dict key by key
+    # costs seconds for a million routes, and a first program hands the buffers on as they are.
+    routes: dict[str, list[Records]] = {}
     for arr in [*encode_routes(t.routes), *extra_routes]:
         name, entries = encode_route_arrays(arr)
-        e[name].update(entries)
+        routes.setdefault(name, []).append(entries)
+    for name, parts in routes.items():
+        e[name] = parts[0] if len(parts) == 1 else Records.join(parts)
     for sf in t.storage_facing:
         k, v = encode_sf(sf)
         e["sf4" if sf.prefix.version == 4 else "sf6"][k] = v

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from crosszone.emulate import demo, frr, legacy_gateway
+from crosszone.emulate import demo, frr, legacy_gateway, topology
+from crosszone.emulate.kinds import DeployError
+from crosszone.linux import netns
 
 pytestmark = pytest.mark.unit
 
@@ -40,7 +42,14 @@ def test_nft_dropped_counters_of_both_families() -> None:
         {"counter": {"family": "ip", "name": "other", "table": "czgw", "packets": 100}},
     ]}
     assert legacy_gateway.dropped_packets(json.dumps(doc)) == 7
-    assert legacy_gateway.dropped_packets("garbage") == 0
+
+
+@pytest.mark.parametrize("out", ["", "garbage", "{}", '{"nftables": 5}',
+                                 '{"nftables": [{"metainfo": {}}]}'])
+def test_unreadable_nft_counters_raise_instead_of_counting_zero(out: str) -> None:
+    # An `nft` that failed (empty output) or a gateway without its table is not "no drops".
+    with pytest.raises(DeployError, match="nftables counters"):
+        legacy_gateway.dropped_packets(out)
 
 
 def test_kernel_nexthops_by_device() -> None:
@@ -67,4 +76,29 @@ def test_a_veth_drop_counts_once_at_the_sender() -> None:
     assert demo.link_drops(doc) == 5 + (2 + 3) + 1
     assert demo.link_drops(doc, {"h1"}) == 5
     assert demo.link_drops(doc, {"vx-a", "lo"}) == 6
-    assert demo.link_drops("not json") == 0 and demo.link_drops("") == 0
+
+
+@pytest.mark.parametrize("out", ["", "not json", "[]", "{}", '[{"ifname": "lo"}]',
+                                 '[{"ifname": "lo", "stats64": {"rx": {}}}]'])
+def test_unreadable_link_counters_raise_instead_of_counting_zero(out: str) -> None:
+    with pytest.raises(DeployError, match="interface counters"):
+        demo.link_drops(out)
+
+
+def test_a_failing_counter_command_is_not_zero_drops() -> None:
+    # A real `ip -n` on a namespace that does not exist: the command fails (also without root).
+    with pytest.raises(netns.CommandFailed):
+        demo.namespace_drops(netns.Executor(), "czemu-no-such-namespace-for-a-test")
+
+
+def test_gateway_drops_of_an_unreadable_gateway_raise() -> None:
+    p = topology.plan(topology.parse({"vpcs": [
+        {"name": "a", "vni": 1001, "prefix": "192.168.0.0/16",
+         "storage_facing": "100.64.0.0/16"}], "gateways": {"legacy": 1, "crosszone": 0}}))
+    gw = p.gateways_of("legacy")[0]
+    links = json.dumps([{"ifname": "c0", "stats64": {"rx": {"dropped": 0}, "tx": {"dropped": 0}}}])
+    ex = netns.RecordingExecutor(outputs={
+        ("ip", "-n", gw.ns, "-d", "-s", "-j", "link", "show"): links})
+    # interfaces readable, nft gave nothing (RecordingExecutor: "" for an unknown command)
+    with pytest.raises(DeployError, match="nftables counters"):
+        demo.gateway_drops(ex, p, "legacy")

@@ -3,6 +3,7 @@ the topology, the plan, `up`'s operations, the switch targets, the CLI and the d
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -117,8 +118,13 @@ def test_fake_kind_reaches_plan_ops_and_switch(fake: FakeGateway) -> None:
     state = st.State(topology="t", spec=spec.model_dump(mode="json"), active="fake")
     assert [g.name for g in dep.announced("fake", state)] == ["fgw1", "fgw2"]
     assert [g.name for g in dep.announced("both", state)] == ["lgw1", "fgw1", "fgw2"]
-    drops = demo.gateway_drops(RecordingExecutor(), p, "fake")
-    assert drops == {"interfaces": 0, "fake_drops": 6}
+    c0 = {"ifname": "c0", "linkinfo": {"info_kind": "veth"},
+          "stats64": {"rx": {"dropped": 0}, "tx": {"dropped": 1}}}
+    ex = RecordingExecutor(outputs={
+        ("ip", "-n", g.ns, "-d", "-s", "-j", "link", "show"): json.dumps([c0])
+        for g in p.gateways_of("fake")})
+    drops = demo.gateway_drops(ex, p, "fake")
+    assert drops == {"interfaces": 2, "fake_drops": 6}
 
 
 def test_fake_kind_reaches_the_cli(fake: FakeGateway) -> None:

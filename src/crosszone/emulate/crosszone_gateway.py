@@ -147,20 +147,29 @@ def detach_ops(gw: Gateway) -> list[Op]:
     return KIND.detach(gw.ns, gw.pin_dir)
 
 
-def read_stats(gw: Gateway) -> dict[str, Any]:
-    """Fast-path counters of `gw` (empty when not attached or not available)."""
+def read_stats(gw: Gateway, strict: bool = False) -> dict[str, Any]:
+    """Fast-path counters of `gw` (empty when not attached or not available; with `strict`,
+    DeployError instead, for callers that count drops and must not read a failure as none)."""
     try:
         res = subprocess.run([crosszone_bin(), "fastpath", "stats", "--pin-dir", str(gw.pin_dir),
                               "--json"], capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return _no_stats(gw, strict, repr(exc))
     if res.returncode != 0:
-        return {}
+        return _no_stats(gw, strict, f"exit {res.returncode}: {res.stderr.strip()[-200:]}")
     try:
         data = json.loads(res.stdout)
-    except json.JSONDecodeError:
-        return {}
-    return data if isinstance(data, dict) else {}
+    except json.JSONDecodeError as exc:
+        return _no_stats(gw, strict, f"not JSON ({exc})")
+    if not isinstance(data, dict) or (strict and not isinstance(data.get("reasons"), dict)):
+        return _no_stats(gw, strict, f"no reasons in {res.stdout[:80]!r}")
+    return data
+
+
+def _no_stats(gw: Gateway, strict: bool, why: str) -> dict[str, Any]:
+    if strict:
+        raise DeployError(f"{gw.name}: cannot read fast-path counters: {why}")
+    return {}
 
 
 def dropped_from_stats(stats: dict[str, Any]) -> int:
@@ -217,7 +226,7 @@ class CrosszoneGateway:
     def drops(self, ex: Executor, gw: Gateway) -> dict[str, int]:
         """The fast path's drop reasons of `gw` (`crosszone fastpath stats`)."""
         out: dict[str, int] = {}
-        for name, c in read_stats(gw).get("reasons", {}).items():
+        for name, c in read_stats(gw, strict=True)["reasons"].items():
             if name.startswith("drop_") and isinstance(c, dict):
                 out[name] = out.get(name, 0) + int(c.get("packets", 0))
         return out

@@ -33,6 +33,7 @@ from rich.table import Table
 
 from crosszone.emulate import deploy, kinds, topology
 from crosszone.emulate import state as st
+from crosszone.emulate.kinds import DeployError
 from crosszone.linux import netns
 from crosszone.workload import runner
 
@@ -75,25 +76,35 @@ def link_drops(links_json: str, devs: set[str] | None = None) -> int:
     The kernel shows a veth drop at both ends (tx at the sender, rx at its peer), so a veth
     counts only its tx drops: each lost packet once, at the end that could not hand it on
     (which is how a gateway's failed redirects stay the gateway's). Other devices count both.
+    Output that is not a list of links with statistics raises DeployError: a probe that failed
+    must never read as "no drops".
     """
-    total = 0
     try:
-        for link in json.loads(links_json or "[]"):
-            if devs is not None and link.get("ifname") not in devs:
-                continue
-            stats = link.get("stats64", {})
+        links = json.loads(links_json)
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise DeployError(f"interface counters: not JSON ({exc}): {links_json[:80]!r}") from None
+    if not isinstance(links, list) or not links:
+        raise DeployError(f"interface counters: no links in {links_json[:80]!r}")
+    total = 0
+    for link in links:
+        if devs is not None and isinstance(link, dict) and link.get("ifname") not in devs:
+            continue
+        try:
+            stats = link["stats64"]
             if link.get("linkinfo", {}).get("info_kind") != "veth":
-                total += int(stats.get("rx", {}).get("dropped", 0))
-            total += int(stats.get("tx", {}).get("dropped", 0))
-    except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
-        pass
+                total += int(stats["rx"]["dropped"])
+            total += int(stats["tx"]["dropped"])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise DeployError(f"interface counters: link without drop statistics ({exc!r}): "
+                              f"{str(link)[:80]}") from None
     return total
 
 
 def namespace_drops(ex: netns.Executor, ns: str, devs: set[str] | None = None) -> int:
-    """Packets dropped by the interfaces of namespace `ns` (only `devs`, if given)."""
-    return link_drops(ex.output(["ip", "-n", ns, "-d", "-s", "-j", "link", "show"], check=False),
-                      devs)
+    """Packets dropped by the interfaces of namespace `ns` (only `devs`, if given).
+
+    Raises (netns.CommandFailed, DeployError) when the counters cannot be read."""
+    return link_drops(ex.output(["ip", "-n", ns, "-d", "-s", "-j", "link", "show"]), devs)
 
 
 def gateway_drops(ex: netns.Executor, p: topology.Plan, kind: str) -> dict[str, int]:

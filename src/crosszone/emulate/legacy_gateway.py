@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from crosszone.emulate.kinds import DeployError
 from crosszone.emulate.topology import VXLAN_PORT, Gateway, Plan, router_mac, vxlan_name
 from crosszone.linux.netns import Executor, Op, in_ns
 
@@ -134,16 +135,21 @@ def plan_legacy(p: Plan, gw: Gateway) -> list[Op]:
 
 
 def dropped_packets(nft_json: str) -> int:
-    """Packets counted by the `dropped` counters, from `nft -j list counters`."""
+    """Packets counted by the `dropped` counters, from `nft -j list counters`.
+
+    Raises DeployError when the output is not nftables JSON or holds no czgw `dropped` counter
+    (the gateway's table is missing): a failed read must never count as zero drops."""
     try:
-        data = json.loads(nft_json or "{}")
-    except json.JSONDecodeError:
-        return 0
-    total = 0
-    for item in data.get("nftables", []):
-        counter = item.get("counter")
-        if counter and counter.get("table") == "czgw" and counter.get("name") == "dropped":
-            total += int(counter.get("packets", 0))
+        data = json.loads(nft_json)
+        items = data["nftables"]
+        counters = [item["counter"] for item in items
+                    if isinstance(item, dict) and isinstance(item.get("counter"), dict)]
+        ours = [c for c in counters if c.get("table") == "czgw" and c.get("name") == "dropped"]
+        total = sum(int(c["packets"]) for c in ours)
+    except (json.JSONDecodeError, TypeError, KeyError, ValueError) as exc:
+        raise DeployError(f"nftables counters: unreadable ({exc!r}): {nft_json[:80]!r}") from None
+    if not ours:
+        raise DeployError("nftables counters: no czgw `dropped` counter (table not loaded?)")
     return total
 
 
@@ -172,8 +178,7 @@ class LegacyGateway:
 
     def drops(self, ex: Executor, gw: Gateway) -> dict[str, int]:
         """The nftables `dropped` counters of `gw`."""
-        out = ex.output(["ip", "netns", "exec", gw.ns, "nft", "-j", "list", "counters"],
-                        check=False)
+        out = ex.output(["ip", "netns", "exec", gw.ns, "nft", "-j", "list", "counters"])
         return {"nftables": dropped_packets(out)}
 
 

@@ -529,14 +529,6 @@ def fixtures() -> list[Fixture]:
             vpc="tenant-a",
         ),
         _fwd(
-            "reply arriving on the compute port: XDP_TX",
-            storage_reply(a_sf),
-            encapped(storage_reply(a_sf), 1001, HOST_A1, HOST_A1["ip"]),
-            "compute0",
-            ingress="compute0",
-            vpc="tenant-a",
-        ),
-        _fwd(
             "8950-byte reply: 9000-byte underlay frame out",
             jumbo_reply,
             encapped(jumbo_reply, 1001, HOST_A1, HOST_A1["ip"]),
@@ -572,7 +564,9 @@ def fixtures() -> list[Fixture]:
             vpc="tenant-a",
         ),
     ]
-    return rows
+    from icmp_fixtures import icmp_rows  # it builds on the helpers above
+
+    return rows + icmp_rows()
 
 
 def ids(rows: list[Fixture]) -> list[str]:

@@ -58,7 +58,7 @@ def test_model_mode_gives_the_same_lines(pcap, tmp_path):
         tmp_path / "k.pcap",
         "--json",
         "--ingress",
-        "compute0",
+        "storage0",
     )
     model = _run(
         "--intent",
@@ -69,12 +69,12 @@ def test_model_mode_gives_the_same_lines(pcap, tmp_path):
         tmp_path / "m.pcap",
         "--json",
         "--ingress",
-        "compute0",
+        "storage0",
         "--model",
     )
     assert kernel.exit_code == model.exit_code == 0
     assert kernel.output == model.output
-    assert '"verdict": "tx"' in kernel.output  # replies leave through the ingress port
+    assert '"verdict": "tx"' in kernel.output  # storage traffic leaves through the ingress port
     assert (tmp_path / "k.pcap").read_bytes() == (tmp_path / "m.pcap").read_bytes()
 
 

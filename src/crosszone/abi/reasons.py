@@ -38,6 +38,8 @@ class Reason(enum.IntEnum):
     DROP_NO_NEXTHOP = 23
     DROP_HOST_UNKNOWN = 24
     DROP_REDIRECT_FAILED = 25
+    DROP_REPLY_WRONG_PORT = 26
+    DROP_ICMP_QUOTE = 27
 
     @property
     def c_name(self) -> str:

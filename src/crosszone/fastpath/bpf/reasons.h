@@ -33,6 +33,8 @@ enum cz_reason {
 	CZ_R_DROP_NO_NEXTHOP,        /* ECMP group empty or next hop/port missing */
 	CZ_R_DROP_HOST_UNKNOWN,      /* reply to a storage-facing address with no host behind it */
 	CZ_R_DROP_REDIRECT_FAILED,   /* devmap slot empty */
+	CZ_R_DROP_REPLY_WRONG_PORT,  /* reply to a storage-facing address arriving on the compute port */
+	CZ_R_DROP_ICMP_QUOTE,        /* ICMP error whose quoted header cannot be translated */
 	CZ_R_MAX,
 };
 

@@ -1,7 +1,9 @@
 /* Storage zone -> compute zone: a plain IP reply to a storage-facing address.
  * The storage-facing prefix names the VPC; the destination is translated back into the VPC's own
  * space, the host table gives the host's VTEP and MAC, and the packet is wrapped in VXLAN with our
- * anycast VTEP as source, a flow-hash source port, UDP checksum 0, TTL 64 and DF. */
+ * anycast VTEP as source, a flow-hash source port, UDP checksum 0, TTL 64 and DF. A reply must
+ * arrive on a storage port; an ICMP error (fragmentation needed, packet too big, ...) has the
+ * quoted header's source translated back too, so path-MTU discovery works in every VPC (l4.h). */
 #ifndef CZ_TO_COMPUTE_H
 #define CZ_TO_COMPUTE_H
 
@@ -79,21 +81,25 @@ static __always_inline int cz_encap(struct xdp_md *ctx, __u32 l3_off, __u64 len,
 	return 0;
 }
 
-/* The host behind a translated destination and the compute port; -1 with the verdict set. */
-static __always_inline int cz_reply_egress(struct cz_verdict *v, const struct cz_host_key *hk,
-					   __u32 port_id, struct cz_host **host, struct cz_port **port)
+/* The compute port, which a reply must not arrive on: exactly one port has the compute role and
+ * every other port is a storage port (intent/checks.py), so "not the compute port's ifindex" is
+ * "a storage port". Without this check anything on the compute side could send plain IP to a
+ * storage-facing address and have it wrapped into a tenant's VXLAN. NULL with the verdict set. */
+static __always_inline struct cz_port *cz_reply_port(struct xdp_md *ctx, const struct cz_config *cfg,
+						     struct cz_verdict *v)
 {
-	*host = bpf_map_lookup_elem(&hosts, hk);
-	if (!*host) {
-		cz_set(v, XDP_DROP, CZ_R_DROP_HOST_UNKNOWN);
-		return -1;
-	}
-	*port = bpf_map_lookup_elem(&ports, &port_id);
-	if (!*port || !(*port)->ifindex) {
+	__u32 port_id = cfg->compute_port;
+	struct cz_port *port = bpf_map_lookup_elem(&ports, &port_id);
+
+	if (!port || !port->ifindex) {
 		cz_set(v, XDP_DROP, CZ_R_DROP_NO_NEXTHOP);
-		return -1;
+		return 0;
 	}
-	return 0;
+	if (port->ifindex == ctx->ingress_ifindex) {
+		cz_set(v, XDP_DROP, CZ_R_DROP_REPLY_WRONG_PORT);
+		return 0;
+	}
+	return port;
 }
 
 static __noinline void cz_reply4(struct xdp_md *ctx, const struct cz_config *cfg,
@@ -105,6 +111,9 @@ static __noinline void cz_reply4(struct xdp_md *ctx, const struct cz_config *cfg
 	struct iphdr *ip = data + l3_off;
 
 	v->vpc_id = sf->vpc_id;
+	struct cz_port *port = cz_reply_port(ctx, cfg, v);
+	if (!port)
+		return;
 	if ((void *)(ip + 1) > data_end || ip->version != 4 || ip->ihl < 5)
 		CZ_DROP(v, CZ_R_DROP_INNER_MALFORMED);
 	if (ip->ihl > 5)
@@ -123,13 +132,15 @@ static __noinline void cz_reply4(struct xdp_md *ctx, const struct cz_config *cfg
 
 	__u32 from = ip->daddr;
 	__u32 to = (from & ~*(__u32 *)sf->mask) | *(__u32 *)sf->prefix;
+	struct cz_quote q = { 0 };
+	if (!sf->identity &&
+	    cz_quote_parse(ip + 1, data_end, ip->protocol, tot - sizeof(*ip), 0, 0, &from, &q))
+		CZ_DROP(v, CZ_R_DROP_ICMP_QUOTE);
 	struct cz_host_key hk = { .vpc_id = sf->vpc_id, .family = 4 };
 	*(__u32 *)hk.addr = to;
-	struct cz_host *host;
-	struct cz_port *port;
-	__u32 port_id = cfg->compute_port;
-	if (cz_reply_egress(v, &hk, port_id, &host, &port))
-		return;
+	struct cz_host *host = bpf_map_lookup_elem(&hosts, &hk);
+	if (!host)
+		CZ_DROP(v, CZ_R_DROP_HOST_UNKNOWN);
 
 	struct cz_encap e = {
 		.cfg = cfg, .port = port, .host = host, .sf = sf,
@@ -138,6 +149,7 @@ static __noinline void cz_reply4(struct xdp_md *ctx, const struct cz_config *cfg
 	};
 	if (!sf->identity) {
 		cz_l4_fix(&l4, &from, &to, 1);
+		cz_quote_fix(&q, &from, &to, 1);
 		ip->check = cz_csum_replace4(ip->check, from, to);
 		ip->daddr = to;
 	}
@@ -146,7 +158,7 @@ static __noinline void cz_reply4(struct xdp_md *ctx, const struct cz_config *cfg
 	if (cz_encap(ctx, l3_off, len, &e))
 		CZ_DROP(v, CZ_R_DROP_INNER_MALFORMED);
 	v->out_len = len - l3_off + CZ_ENCAP_HLEN;
-	cz_send(ctx, v, port_id, port->ifindex, CZ_R_FWD_TO_COMPUTE);
+	cz_send(ctx, v, cfg->compute_port, port->ifindex, CZ_R_FWD_TO_COMPUTE);
 }
 
 static __noinline void cz_reply6(struct xdp_md *ctx, const struct cz_config *cfg,
@@ -158,6 +170,9 @@ static __noinline void cz_reply6(struct xdp_md *ctx, const struct cz_config *cfg
 	struct ipv6hdr *ip6 = data + l3_off;
 
 	v->vpc_id = sf->vpc_id;
+	struct cz_port *port = cz_reply_port(ctx, cfg, v);
+	if (!port)
+		return;
 	if ((void *)(ip6 + 1) > data_end || ip6->version != 6)
 		CZ_DROP(v, CZ_R_DROP_INNER_MALFORMED);
 	__u32 plen = bpf_ntohs(ip6->payload_len);
@@ -179,13 +194,14 @@ static __noinline void cz_reply6(struct xdp_md *ctx, const struct cz_config *cfg
 #pragma unroll
 	for (int i = 0; i < 4; i++)
 		to[i] = (from[i] & ~m[i]) | p[i];
+	struct cz_quote q = { 0 };
+	if (!sf->identity && cz_quote_parse(ip6 + 1, data_end, ip6->nexthdr, plen, 1, 0, from, &q))
+		CZ_DROP(v, CZ_R_DROP_ICMP_QUOTE);
 	struct cz_host_key hk = { .vpc_id = sf->vpc_id, .family = 6 };
 	__builtin_memcpy(hk.addr, to, 16);
-	struct cz_host *host;
-	struct cz_port *port;
-	__u32 port_id = cfg->compute_port;
-	if (cz_reply_egress(v, &hk, port_id, &host, &port))
-		return;
+	struct cz_host *host = bpf_map_lookup_elem(&hosts, &hk);
+	if (!host)
+		CZ_DROP(v, CZ_R_DROP_HOST_UNKNOWN);
 
 	__u8 tc = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
 	struct cz_encap e = {
@@ -195,6 +211,7 @@ static __noinline void cz_reply6(struct xdp_md *ctx, const struct cz_config *cfg
 	};
 	if (!sf->identity) {
 		cz_l4_fix(&l4, from, to, 4);
+		cz_quote_fix(&q, from, to, 4);
 		__builtin_memcpy(&ip6->daddr, to, 16);
 	}
 	ip6->hop_limit--;
@@ -202,7 +219,7 @@ static __noinline void cz_reply6(struct xdp_md *ctx, const struct cz_config *cfg
 	if (cz_encap(ctx, l3_off, len, &e))
 		CZ_DROP(v, CZ_R_DROP_INNER_MALFORMED);
 	v->out_len = len - l3_off + CZ_ENCAP_HLEN;
-	cz_send(ctx, v, port_id, port->ifindex, CZ_R_FWD_TO_COMPUTE);
+	cz_send(ctx, v, cfg->compute_port, port->ifindex, CZ_R_FWD_TO_COMPUTE);
 }
 
 #endif

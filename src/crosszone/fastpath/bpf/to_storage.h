@@ -1,7 +1,8 @@
 /* Compute zone -> storage zone: VXLAN from a GPU host's vSwitch to our anycast VTEP.
  * Checks VNI and source VTEP, routes on (VPC, inner dst), translates the inner source into the
  * VPC's storage-facing prefix (stateless, checksums corrected incrementally), decrements the TTL,
- * picks an ECMP next hop, strips the outer headers and sends the inner frame on. Once a packet is
+ * picks an ECMP next hop, strips the outer headers and sends the inner frame on. An ICMP error a
+ * host sends about a reply has its quoted destination translated the same way (l4.h). Once a packet is
  * known to be VXLAN for us, malformations drop it; before that, the kernel decides (XDP_PASS). */
 #ifndef CZ_TO_STORAGE_H
 #define CZ_TO_STORAGE_H
@@ -86,6 +87,13 @@ static __always_inline void cz_inner4(struct xdp_md *ctx, const struct cz_vpc *v
 	struct cz_l4 l4;
 	if (cz_l4_parse(ip + 1, data_end, ip->protocol, tot - sizeof(*ip), 0, &l4))
 		CZ_DROP(v, CZ_R_DROP_INNER_MALFORMED);
+	/* An ICMP error a host sends about a reply quotes the reply's destination: that host's own
+	 * address, which storage knows only as the storage-facing one. */
+	__u32 src = ip->saddr;
+	struct cz_quote q = { 0 };
+	if ((vpc->flags & CZ_VPC_XLAT4) &&
+	    cz_quote_parse(ip + 1, data_end, ip->protocol, tot - sizeof(*ip), 0, 1, &src, &q))
+		CZ_DROP(v, CZ_R_DROP_ICMP_QUOTE);
 
 	struct cz_route r = cz_route4(vpc, ip->daddr);
 	if (!cz_route_forwards(v, &r))
@@ -100,6 +108,7 @@ static __always_inline void cz_inner4(struct xdp_md *ctx, const struct cz_vpc *v
 		__u32 from = ip->saddr;
 		__u32 to = vpc->sf4 | (from & ~vpc->mask4);
 		cz_l4_fix(&l4, &from, &to, 1);
+		cz_quote_fix(&q, &from, &to, 1);
 		ip->check = cz_csum_replace4(ip->check, from, to);
 		ip->saddr = to;
 	}
@@ -153,6 +162,10 @@ static __noinline void cz_inner6(struct xdp_md *ctx, const struct cz_vpc *vpc, _
 	struct cz_l4 l4;
 	if (cz_l4_parse(ip6 + 1, data_end, ip6->nexthdr, plen, 1, &l4))
 		CZ_DROP(v, CZ_R_DROP_INNER_MALFORMED);
+	struct cz_quote q = { 0 };
+	if ((vpc->flags & CZ_VPC_XLAT6) &&
+	    cz_quote_parse(ip6 + 1, data_end, ip6->nexthdr, plen, 1, 1, src, &q))
+		CZ_DROP(v, CZ_R_DROP_ICMP_QUOTE);
 
 	struct cz_route r = cz_route6(vpc, dst);
 	if (!cz_route_forwards(v, &r))
@@ -170,6 +183,7 @@ static __noinline void cz_inner6(struct xdp_md *ctx, const struct cz_vpc *vpc, _
 		for (int i = 0; i < 4; i++)
 			to[i] = sf[i] | (src[i] & ~m6[i]);
 		cz_l4_fix(&l4, src, to, 4);
+		cz_quote_fix(&q, src, to, 4);
 		__builtin_memcpy(&ip6->saddr, to, 16);
 	}
 	ip6->hop_limit--;

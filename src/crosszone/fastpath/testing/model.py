@@ -14,13 +14,21 @@ from dataclasses import dataclass
 from crosszone.abi import layout
 from crosszone.abi.reasons import Reason, XdpAction
 from crosszone.compile.tables import HostEntry, Nexthop, Port, Route, StorageFacing, Tables, Vpc
+from crosszone.fastpath.testing.model_l4 import (
+    IPPROTO_ICMPV6,
+    IPPROTO_UDP,
+    QuoteError,
+    csum_replace,
+    ipv4_csum,
+    l4_fix,
+    l4_parse,
+    quote_fix,
+    quote_parse,
+)
 
 ETH_P_IP = 0x0800
 ETH_P_IPV6 = 0x86DD
 ETH_P_8021Q = 0x8100
-IPPROTO_TCP = 6
-IPPROTO_UDP = 17
-IPPROTO_ICMPV6 = 58
 IPV6_EXTHDRS = frozenset({0, 43, 44, 50, 51, 60, 135, 139, 140, 253, 254})
 OUTER_L4 = 20 + 8 + 8  # outer IPv4 + UDP + VXLAN (CZ_OUTER_L4)
 ENCAP_HLEN = 14 + OUTER_L4 + 14  # CZ_ENCAP_HLEN
@@ -35,31 +43,6 @@ class Result:
     port: int | None
     vpc_id: int | None
     data: bytes
-
-
-# -- csum.h ------------------------------------------------------------------------------------
-def _fold(s: int) -> int:
-    s = (s & 0xFFFF) + (s >> 16)
-    s = (s & 0xFFFF) + (s >> 16)
-    return s & 0xFFFF
-
-
-def _words(b: bytes) -> list[int]:
-    return [int.from_bytes(b[i : i + 2], "big") for i in range(0, len(b), 2)]
-
-
-def csum_replace(check: int, old: bytes, new: bytes) -> int:
-    """RFC 1624 eqn 3 over equally long fields (cz_csum_replace2/4/16)."""
-    s = ~check & 0xFFFF
-    for o, n in zip(_words(old), _words(new)):
-        s += (~o & 0xFFFF) + n
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~_fold(s) & 0xFFFF
-
-
-def ipv4_csum(hdr: bytes) -> int:
-    """cz_ipv4_csum: checksum of a 20-byte header with a zero check field."""
-    return ~_fold(sum(_words(hdr))) & 0xFFFF
 
 
 # -- hash.h ------------------------------------------------------------------------------------
@@ -166,40 +149,6 @@ def _translate(
     return (int(into.network_address) | host).to_bytes(len(addr), "big")
 
 
-# -- l4.h --------------------------------------------------------------------------------------
-def _l4(
-    pkt: bytearray, off: int, proto: int, avail: int, ipv6: bool
-) -> tuple[int | None, bytes, bool] | None:
-    """cz_l4_parse: (checksum offset or None, port bytes, udp) or None when truncated."""
-    if proto == IPPROTO_TCP:
-        if avail < 20 or off + 20 > len(pkt):
-            return None
-        return off + 16, bytes(pkt[off : off + 4]), False
-    if proto == IPPROTO_UDP:
-        if avail < 8 or off + 8 > len(pkt):
-            return None
-        return off + 6, bytes(pkt[off : off + 4]), True
-    if ipv6 and proto == IPPROTO_ICMPV6:
-        if avail < 4 or off + 4 > len(pkt):
-            return None
-        return off + 2, b"\0\0\0\0", False
-    return None, b"\0\0\0\0", False
-
-
-def _l4_fix(pkt: bytearray, l4: tuple[int | None, bytes, bool], old: bytes, new: bytes) -> None:
-    """cz_l4_fix."""
-    off, _, udp = l4
-    if off is None:
-        return
-    c = int.from_bytes(pkt[off : off + 2], "big")
-    if udp and c == 0:
-        return
-    c = csum_replace(c, old, new)
-    if udp and c == 0:
-        c = 0xFFFF
-    pkt[off : off + 2] = c.to_bytes(2, "big")
-
-
 class _Verdict(Exception):
     def __init__(self, action: XdpAction, reason: Reason) -> None:
         self.action = action
@@ -255,15 +204,17 @@ def _inner4(p: _Packet, vpc: Vpc, off: int, avail: int) -> _Verdict:
     if vpc.prefix4 is None or ipaddress.IPv4Address(src) not in vpc.prefix4:
         raise _drop(Reason.DROP_SRC_NOT_IN_VPC)
     proto = pkt[off + 9]
-    l4 = _l4(pkt, off + 20, proto, tot - 20, False)
+    l4 = l4_parse(pkt, off + 20, proto, tot - 20, False)
     if l4 is None:
         raise _drop(Reason.DROP_INNER_MALFORMED)
+    quote = _quote(pkt, off + 20, proto, tot - 20, False, True, src) if not vpc.identity else None
     nh, port = _next_hop(p, vpc, src, dst, l4[1], proto)
     check = int.from_bytes(pkt[off + 10 : off + 12], "big")
     if not vpc.identity:
         assert vpc.sf4 is not None
         new = _translate(src, vpc.prefix4, vpc.sf4)
-        _l4_fix(pkt, l4, src, new)
+        l4_fix(pkt, l4, src, new)
+        quote_fix(pkt, quote, True, src, new)
         check = csum_replace(check, src, new)
         pkt[off + 12 : off + 16] = new
     old = bytes(pkt[off + 8 : off + 10])
@@ -297,14 +248,16 @@ def _inner6(p: _Packet, vpc: Vpc, off: int, avail: int) -> _Verdict:
     src, dst = bytes(pkt[off + 8 : off + 24]), bytes(pkt[off + 24 : off + 40])
     if vpc.prefix6 is None or ipaddress.IPv6Address(src) not in vpc.prefix6:
         raise _drop(Reason.DROP_SRC_NOT_IN_VPC)
-    l4 = _l4(pkt, off + 40, nexthdr, plen, True)
+    l4 = l4_parse(pkt, off + 40, nexthdr, plen, True)
     if l4 is None:
         raise _drop(Reason.DROP_INNER_MALFORMED)
+    quote = _quote(pkt, off + 40, nexthdr, plen, True, True, src) if not vpc.identity else None
     nh, port = _next_hop(p, vpc, src, dst, l4[1], nexthdr)
     if not vpc.identity:
         assert vpc.sf6 is not None
         new = _translate(src, vpc.prefix6, vpc.sf6)
-        _l4_fix(pkt, l4, src, new)
+        l4_fix(pkt, l4, src, new)
+        quote_fix(pkt, quote, True, src, new)
         pkt[off + 8 : off + 24] = new
     pkt[off + 7] -= 1
     return _decap(p, off - 14, nh, port)
@@ -402,15 +355,29 @@ def _encap(
 
 
 def _compute_port(p: _Packet) -> Port:
+    """cz_reply_port: the compute port, which a reply must not arrive on."""
     port = p.idx.ports.get(p.t.compute_port)
     if port is None or not port.ifindex:
         raise _drop(Reason.DROP_NO_NEXTHOP)
+    if port.ifindex == p.ingress:
+        raise _drop(Reason.DROP_REPLY_WRONG_PORT)
     return port
+
+
+def _quote(
+    pkt: bytearray, off: int, proto: int, avail: int, ipv6: bool, dst_side: bool, expect: bytes
+) -> int | None:
+    """cz_quote_parse with its verdict."""
+    try:
+        return quote_parse(pkt, off, proto, avail, ipv6, dst_side, expect)
+    except QuoteError:
+        raise _drop(Reason.DROP_ICMP_QUOTE) from None
 
 
 def _reply4(p: _Packet, sf: StorageFacing, l3: int) -> _Verdict:
     pkt, n = p.pkt, len(p.pkt)
     p.vpc_id = sf.vpc_id
+    port = _compute_port(p)
     ver, ihl = pkt[l3] >> 4, pkt[l3] & 0xF
     if ver != 4 or ihl < 5:
         raise _drop(Reason.DROP_INNER_MALFORMED)
@@ -424,19 +391,20 @@ def _reply4(p: _Packet, sf: StorageFacing, l3: int) -> _Verdict:
     if pkt[l3 + 8] <= 1:
         raise _pass(Reason.PASS_TTL_EXCEEDED)
     proto = pkt[l3 + 9]
-    l4 = _l4(pkt, l3 + 20, proto, tot - 20, False)
+    l4 = l4_parse(pkt, l3 + 20, proto, tot - 20, False)
     if l4 is None:
         raise _drop(Reason.DROP_INNER_MALFORMED)
     src, dst = bytes(pkt[l3 + 12 : l3 + 16]), bytes(pkt[l3 + 16 : l3 + 20])
     new = _translate(dst, sf.prefix, sf.vpc_prefix)
+    quote = _quote(pkt, l3 + 20, proto, tot - 20, False, False, dst) if not sf.identity else None
     host = p.idx.hosts.get((sf.vpc_id, 4, int.from_bytes(new, "big")))
     if host is None:
         raise _drop(Reason.DROP_HOST_UNKNOWN)
-    port = _compute_port(p)
     h = flow_hash(src, dst, l4[1], proto)
     check = int.from_bytes(pkt[l3 + 10 : l3 + 12], "big")
     if not sf.identity:
-        _l4_fix(pkt, l4, dst, new)
+        l4_fix(pkt, l4, dst, new)
+        quote_fix(pkt, quote, False, dst, new)
         check = csum_replace(check, dst, new)
         pkt[l3 + 16 : l3 + 20] = new
     old = bytes(pkt[l3 + 8 : l3 + 10])
@@ -449,6 +417,7 @@ def _reply4(p: _Packet, sf: StorageFacing, l3: int) -> _Verdict:
 def _reply6(p: _Packet, sf: StorageFacing, l3: int) -> _Verdict:
     pkt, n = p.pkt, len(p.pkt)
     p.vpc_id = sf.vpc_id
+    port = _compute_port(p)
     if pkt[l3] >> 4 != 6:
         raise _drop(Reason.DROP_INNER_MALFORMED)
     plen = int.from_bytes(pkt[l3 + 4 : l3 + 6], "big")
@@ -459,19 +428,20 @@ def _reply6(p: _Packet, sf: StorageFacing, l3: int) -> _Verdict:
         raise _pass(Reason.PASS_IPV6_EXTHDR)
     if pkt[l3 + 7] <= 1:
         raise _pass(Reason.PASS_TTL_EXCEEDED)
-    l4 = _l4(pkt, l3 + 40, nexthdr, plen, True)
+    l4 = l4_parse(pkt, l3 + 40, nexthdr, plen, True)
     if l4 is None:
         raise _drop(Reason.DROP_INNER_MALFORMED)
     src, dst = bytes(pkt[l3 + 8 : l3 + 24]), bytes(pkt[l3 + 24 : l3 + 40])
     new = _translate(dst, sf.prefix, sf.vpc_prefix)
+    quote = _quote(pkt, l3 + 40, nexthdr, plen, True, False, dst) if not sf.identity else None
     host = p.idx.hosts.get((sf.vpc_id, 6, int.from_bytes(new, "big")))
     if host is None:
         raise _drop(Reason.DROP_HOST_UNKNOWN)
-    port = _compute_port(p)
     tc = ((pkt[l3] & 0xF) << 4) | (pkt[l3 + 1] >> 4)
     h = flow_hash(src, dst, l4[1], nexthdr)
     if not sf.identity:
-        _l4_fix(pkt, l4, dst, new)
+        l4_fix(pkt, l4, dst, new)
+        quote_fix(pkt, quote, False, dst, new)
         pkt[l3 + 24 : l3 + 40] = new
     pkt[l3 + 7] -= 1
     return _encap(p, l3, sf, host, port, h, ETH_P_IPV6, tc)

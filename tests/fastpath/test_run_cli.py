@@ -99,3 +99,48 @@ def test_bad_inputs_give_one_clear_error(pcap, tmp_path):
     junk.write_bytes(b"not a pcap at all")
     res = _run("--intent", EXAMPLE, "--pcap", junk, "--out", tmp_path / "o")
     assert res.exit_code == 2 and "junk.pcap" in res.output
+
+
+def _pcap_with(tmp_path, *frames: bytes):
+    from scapy.utils import PcapWriter
+
+    path = tmp_path / "odd.pcap"
+    with PcapWriter(str(path), linktype=1, snaplen=262144) as w:
+        w.write_header(None)
+        for i, f in enumerate(frames):
+            w.write_packet(f, sec=1_700_000_000 + i, usec=0)
+    return path
+
+
+@pytest.mark.parametrize("mode", [[], ["--model"]])
+def test_runt_gets_a_verdict_and_the_run_goes_on(tmp_path, mode):
+    """A 3-byte frame between valid ones: 'drop'/'kernel_runt' (a device drops it before XDP),
+    and the frames after it still run, in both modes (issue 12, finding 13)."""
+    valid = [bytes(p) for _, p in sample_frames()[:2]]
+    pcap = _pcap_with(tmp_path, valid[0], b"\x01\x02\x03", valid[1])
+    res = _run("--intent", EXAMPLE, "--pcap", pcap, "--out", tmp_path / "o.pcap", "--json", *mode)
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in res.output.splitlines()]
+    assert [(r["index"], r["verdict"], r["reason"]) for r in rows] == [
+        (0, "redirect", "fwd_to_storage"),
+        (1, "drop", "kernel_runt"),
+        (2, "redirect", "fwd_to_storage"),
+    ]
+    assert rows[1]["len"] == 3 and rows[1]["egress"] is None
+    assert len(rdpcap(str(tmp_path / "o.pcap"))) == 2
+
+
+def test_frame_the_test_run_refuses_gets_a_verdict(gateway_object):
+    """A frame longer than BPF_PROG_TEST_RUN builds from pages (ENOMEM; a pcap record stops at
+    65535 bytes here, so the runner's step is called directly): 'drop'/'kernel_refused'."""
+    from crosszone.fastpath.testing.pcap_run import _verdict
+    from crosszone.fastpath.testing.testrun import TestRunner
+
+    from packet_fixtures import tables
+
+    valid = bytes(sample_frames()[0][1])
+    with TestRunner(tables(), gateway_object) as r:
+        assert _verdict(valid + b"x" * 100_000, r, r.tables) == (None, "kernel_refused")
+        res, reason = _verdict(valid, r, r.tables)
+        assert res is not None and reason == "fwd_to_storage"
+        assert _verdict(valid[:13], r, r.tables) == (None, "kernel_runt")

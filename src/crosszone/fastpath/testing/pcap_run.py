@@ -1,11 +1,20 @@
-"""`crosszone fastpath run`: a pcap through the program (or the model) with an intent's tables."""
+"""`crosszone fastpath run`: a pcap through the program (or the model) with an intent's tables.
+
+Every input frame gets one row, also a frame the program never sees: a device drops a frame
+shorter than an Ethernet header before XDP runs (BPF_PROG_TEST_RUN refuses it with EINVAL), so it
+gets verdict "drop", reason "kernel_runt" in both modes; any other frame the kernel's test run
+refuses (e.g. one longer than it can build from pages: ENOMEM) gets "drop", "kernel_refused".
+The run goes on with the next frame.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from crosszone.abi.reasons import XdpAction
 from crosszone.compile.encode import bind_ports
-from crosszone.compile.tables import compile_tables
+from crosszone.compile.tables import Tables, compile_tables
+from crosszone.fastpath.libbpf_abi import BpfError
 from crosszone.fastpath.testing import model as ref
 from crosszone.fastpath.testing.testrun import LOOPBACK_IFINDEX, TestRunner, test_ifindexes
 from crosszone.intent.cluster import load_cluster, only_gateway
@@ -39,6 +48,27 @@ def summary(data: bytes) -> str:
         return f"to {eth.dst}: {_ip_text(eth)}"
     except Exception:
         return data[:16].hex()
+
+
+ETH_HLEN = 14  # the shortest frame a device hands to XDP
+KERNEL_RUNT = "kernel_runt"
+KERNEL_REFUSED = "kernel_refused"
+
+
+def _verdict(
+    frame: bytes, runner: TestRunner | None, bound: Tables
+) -> tuple[ref.Result | None, str]:
+    """The program's (or model's) result and reason label; None when the kernel never runs it."""
+    if len(frame) < ETH_HLEN:
+        return None, KERNEL_RUNT
+    if runner is None:
+        res = ref.process(frame, bound, LOOPBACK_IFINDEX)
+        return res, res.reason.label
+    try:
+        res = runner.run(frame)
+    except BpfError:
+        return None, KERNEL_REFUSED
+    return res, res.reason.label
 
 
 def run_pcap(
@@ -82,24 +112,22 @@ def run_pcap(
         with reader:
             for i, pkt in enumerate(reader):
                 frame = bytes(pkt)
-                res = (
-                    ref.process(frame, bound, LOOPBACK_IFINDEX)
-                    if runner is None
-                    else runner.run(frame)
-                )
-                fwd = res.port is not None
+                res, reason = _verdict(frame, runner, bound)
+                fwd = res is not None and res.port is not None
                 if fwd:
+                    assert res is not None
                     # The input's timestamp: an output pcap lines up with its input.
                     t = float(pkt.time)
                     writer.write_packet(res.data, sec=int(t), usec=int((t % 1) * 1e6))
+                out_data = res.data if fwd and res is not None else frame
                 rows.append(
                     {
                         "index": i,
-                        "verdict": res.action.label,
-                        "reason": res.reason.label,
-                        "egress": port_names.get(res.port) if res.port is not None else None,
-                        "len": len(res.data) if fwd else len(frame),
-                        "summary": summary(res.data if fwd else frame),
+                        "verdict": res.action.label if res else XdpAction.DROP.label,
+                        "reason": reason,
+                        "egress": port_names.get(res.port) if fwd and res else None,
+                        "len": len(out_data),
+                        "summary": summary(out_data),
                     }
                 )
     finally:

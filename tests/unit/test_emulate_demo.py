@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from crosszone.emulate import demo, frr, legacy_gateway, topology
+from crosszone.emulate import demo, frr, legacy_gateway, storage, topology
 from crosszone.emulate.kinds import DeployError
 from crosszone.linux import netns
+from crosszone.workload import runner
 
 pytestmark = pytest.mark.unit
 
@@ -102,3 +103,57 @@ def test_gateway_drops_of_an_unreadable_gateway_raise() -> None:
     # interfaces readable, nft gave nothing (RecordingExecutor: "" for an unknown command)
     with pytest.raises(DeployError, match="nftables counters"):
         demo.gateway_drops(ex, p, "legacy")
+
+
+def _row(kind: str, errors: int) -> demo.Row:
+    res = runner.WorkloadResult(duration_s=20.0, endpoints=8, errors=errors,
+                                error_samples=["h1-a: range read: TimeoutError('timed out')"]
+                                * errors)
+    return demo.Row(kind, res, demo.CpuSample(1.0, 2.0), 0.1, {}, 0)
+
+
+def test_baseline_errors_are_reported_and_do_not_fail_the_demo() -> None:
+    rc, notes = demo.verdict([_row("legacy", 21), _row("crosszone", 0)], "legacy",
+                             ["crosszone"])
+    assert rc == 0
+    assert len(notes) == 1 and "legacy (baseline): 21 errors" in notes[0]
+    table = demo.comparison_table([_row("legacy", 21), _row("crosszone", 0)])
+    assert list(table.columns[-1].cells) == ["21 (baseline)", "0"]
+
+
+@pytest.mark.parametrize("rows", [
+    [("legacy", 0), ("crosszone", 1)],
+    [("legacy", 5), ("crosszone", 3)],
+    [("legacy", 0)],  # no crosszone row at all
+])
+def test_crosszone_errors_or_a_missing_crosszone_run_fail_the_demo(
+        rows: list[tuple[str, int]]) -> None:
+    rc, notes = demo.verdict([_row(k, e) for k, e in rows], "legacy", ["crosszone"])
+    assert rc == 1 and any("crosszone" in n for n in notes)
+
+
+def test_forwarding_part_fails_on_bad_or_missing_crosszone_frames() -> None:
+    from crosszone.demo import forwarding_problems
+
+    good = {"corrupted": 0, "misrouted": 0}
+    assert forwarding_problems({"legacy": {"corrupted": 3, "misrouted": 0},
+                                "crosszone": good, "floor": good}) == []
+    assert forwarding_problems({"floor": good}) == ["crosszone: no forwarding row"]
+    assert forwarding_problems({"crosszone": {"corrupted": 0, "misrouted": 2}, "floor": good})
+
+
+def test_bfdd_runs_real_time_and_the_workload_below_the_network() -> None:
+    # Finding 17: on a busy box a bfdd at normal priority missed its 150 ms detection time
+    # (BGP hard resets, routes gone, 10 s TCP timeouts); the applications yield to the network.
+    p = topology.plan(topology.parse({"vpcs": [
+        {"name": "a", "vni": 1001, "prefix": "192.168.0.0/16",
+         "storage_facing": "100.64.0.0/16"}]}))
+    ops = frr.start_ops(p.compute_router_ns, "", p.spec)
+    argvs = [op.argv for op in ops if isinstance(op, netns.Cmd)]
+    bfdd = next(a for a in argvs if any(x.endswith("/bfdd") for x in a))
+    assert bfdd[4:7] == ("chrt", "-f", str(frr.BFDD_RT_PRIORITY))
+    assert not any("chrt" in a for a in argvs if any(x.endswith("/bgpd") for x in a))
+    argv = runner.worker_argv(topology.workload_targets(p), 0, 5.0, 2)
+    assert argv[argv.index("--nice") + 1] == str(runner.WORKLOAD_NICE) and runner.WORKLOAD_NICE > 0
+    assert f"worker_priority {runner.WORKLOAD_NICE};" in storage.nginx_config(
+        p, p.storage_nodes[0])

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import random
 import sys
 import threading
@@ -280,7 +281,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--small-rate", type=float, default=40.0)
     ap.add_argument("--max-requests", type=int, default=200_000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--nice", type=int, default=0,
+                    help="lower this process's priority by N (runner.WORKLOAD_NICE says why)")
     a = ap.parse_args(argv)
+    if a.nice:
+        os.nice(a.nice)
     cfg = Config(a.name, tuple(a.servers.split(",")), a.duration, a.loaders, a.block_bytes,
                  a.shards, a.shard_bytes, a.ckpt_bytes, a.ckpt_interval, a.ckpt_parallel,
                  a.small_rate, a.max_requests, a.seed)

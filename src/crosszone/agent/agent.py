@@ -7,11 +7,23 @@ applied revision are kept in a state file (`default_state_file`: /run/crosszone/
 
 Store unreachable: the maps keep the last applied state; the agent retries with exponential
 backoff (time is injected: `now`, `sleep`), reports `store_up 0` and `health: degraded`.
+
+A bad revision never stops the agent: whatever goes wrong while decoding, validating, compiling
+or writing one (the reconciler rejects it; anything it did not foresee is caught here too), the
+revision is rejected, the maps keep the last good state, the rejection is counted
+(`crosszone_rejected_revisions`, by stage) and logged, and the loop goes on with the next one.
+A watch from a revision the store has compacted away reads the whole state again (a resync that
+diffs against the maps, so it writes only what changed).
+
+Status goes to the store when it changes (revision, health, message, rejections) and otherwise
+as a heartbeat every `status_every` seconds (30): an idle agent adds two log rows a minute, not
+one a second.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
@@ -26,7 +38,9 @@ from crosszone.agent.reconcile import Applied, Reconciler
 from crosszone.compile.diff import Sink
 from crosszone.compile.gateway import Ids
 from crosszone.store.objects import CORE
-from crosszone.store.store import INTENT, STATUS, Store, StoreUnavailable
+from crosszone.store.store import INTENT, STATUS, Event, RevisionCompacted, Store, StoreUnavailable
+
+log = logging.getLogger("crosszone.agent")
 
 
 @dataclass
@@ -56,7 +70,7 @@ class Agent:
                  metrics: AgentMetrics | None = None,
                  now: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep,
-                 status_every: float = 1.0) -> None:
+                 status_every: float = 30.0) -> None:
         self.gateway = gateway
         self.store = store
         self.state_file = state_file
@@ -66,6 +80,7 @@ class Agent:
         self.backoff = Backoff()
         self.status_every = status_every
         self._last_status = -1e18
+        self._last_reported: tuple | None = None
         self.health = "starting"
         self.message = ""
         self.counters: Callable[[], dict[str, int]] = lambda: {}
@@ -86,7 +101,9 @@ class Agent:
         m.entries_written.labels("delete").inc(res.deletes)
         if res.mode == "rejected":
             m.rejected.inc()
+            m.rejected_by_stage.labels(res.stage or "validate").inc()
             self.health, self.message = "rejecting", self.rec.last_error or ""
+            log.warning("gateway %s: %s", self.gateway, self.message)
         else:
             m.applied_revision.set(self.rec.revision)
             self.health, self.message = "ok", ""
@@ -94,11 +111,27 @@ class Agent:
                 self.state_file.parent.mkdir(parents=True, exist_ok=True)
                 tmp = self.state_file.with_suffix(".tmp")
                 # pid and last apply: who wrote this, and what it cost (restart diagnostics)
-                tmp.write_text(json.dumps({
-                    "revision": self.rec.revision, "ids": json.loads(self.rec.ids.to_json()),
-                    "pid": os.getpid(), "last": {"revision": res.revision, "mode": res.mode,
-                                                 "puts": res.puts, "deletes": res.deletes}}))
-                tmp.replace(self.state_file)
+                try:
+                    tmp.write_text(json.dumps({
+                        "revision": self.rec.revision,
+                        "ids": json.loads(self.rec.ids.to_json()), "pid": os.getpid(),
+                        "last": {"revision": res.revision, "mode": res.mode,
+                                 "puts": res.puts, "deletes": res.deletes}}))
+                    tmp.replace(self.state_file)
+                except OSError as exc:  # a full /run must not stop forwarding updates
+                    log.warning("gateway %s: state file %s: %s", self.gateway,
+                                self.state_file, exc)
+
+    def _guarded(self, revision: int, fn: Callable[[], Applied | None]) -> Applied | None:
+        """Run one reconcile; an exception the reconciler did not turn into a rejection
+        (a bug) rejects the revision all the same instead of ending the agent."""
+        t0 = self.now()
+        try:
+            return fn()
+        except Exception as exc:
+            log.exception("gateway %s: revision %d", self.gateway, revision)
+            self.rec.seen = max(self.rec.seen, revision)
+            return self.rec._reject(revision, exc, t0, "internal")
 
     def _store_failed(self, exc: Exception) -> None:
         self.metrics.store_up.set(0)
@@ -122,31 +155,37 @@ class Agent:
             self.started = True
             self.health, self.message = "waiting", "no intent in the store yet"
             return None
-        res = self.rec.load(objects, rev, actual=self.read_actual)
+        res = self._guarded(rev, lambda: self.rec.load(objects, rev, actual=self.read_actual))
         self.started = True
-        self._record(res)
+        if res is not None:
+            self._record(res)
         return res
 
     def step(self, timeout: float = 1.0) -> Applied | None:
         """Wait up to timeout for new revisions and apply them; report status when due."""
-        if not self.started:
+        if not self.started or self.rec.suspect:
             res = self.start()
             self.report()
             return res
         try:
             events = self.store.watch(INTENT, self.rec.seen, timeout)
-        except StoreUnavailable as exc:
+        except RevisionCompacted as exc:
+            # the log no longer reaches back to our revision: read everything again
+            log.warning("gateway %s: %s", self.gateway, exc)
+            self.metrics.resyncs.inc()
+            self.started = False
+            return None
+        except Exception as exc:  # StoreUnavailable, or a broken reply: the same to us
             self._store_failed(exc)
             return None
         self.metrics.store_up.set(1)
         self.backoff.reset()
-        from crosszone.store.store import Event
-
-        res = self.rec.on_events([Event(e.revision, e.key[len(INTENT):], e.value)
-                                  for e in events])
+        revision = max((e.revision for e in events), default=self.rec.seen)
+        res = self._guarded(revision, lambda: self.rec.on_events(
+            [Event(e.revision, e.key[len(INTENT):], e.value) for e in events]))
         if res is not None:
             self._record(res)
-        self.report(force=res is not None)
+        self.report()
         return res
 
     def status(self) -> dict[str, Any]:
@@ -162,12 +201,14 @@ class Agent:
         return out
 
     def report(self, force: bool = False) -> None:
-        """Write the status to the store (at most every status_every seconds unless forced)."""
-        if not force and self.now() - self._last_status < self.status_every:
+        """Write the status to the store when it changed, else every status_every seconds."""
+        state = (self.rec.revision, self.health, self.message, self.rec.rejected)
+        if (not force and state == self._last_reported
+                and self.now() - self._last_status < self.status_every):
             return
         try:
             self.store.put(STATUS + self.gateway, json.dumps(self.status()).encode())
-            self._last_status = self.now()
+            self._last_status, self._last_reported = self.now(), state
         except StoreUnavailable:
             pass  # reported by the next watch failure
 

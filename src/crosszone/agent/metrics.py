@@ -100,6 +100,13 @@ class AgentMetrics:
         self.rejected = Counter("crosszone_rejected_revisions",
                                 "Revisions that did not validate (last good state kept)",
                                 registry=r)
+        self.rejected_by_stage = Counter(
+            "crosszone_rejected_revisions_by_stage",
+            "Rejected revisions by where they failed: validate (decode, check, compile), apply "
+            "(a map write, undone), internal (an unforeseen error)", ["stage"], registry=r)
+        self.resyncs = Counter("crosszone_store_resyncs",
+                               "Full re-reads because the store compacted the revisions after "
+                               "the last one seen", registry=r)
         self.store_up = Gauge("crosszone_store_up", "1 if the store answered the last call",
                               registry=r)
         self.store_errors = Counter("crosszone_store_errors", "Failed store calls", registry=r)

@@ -10,7 +10,12 @@ revision and their cluster. Two ways forward:
   touches one route entry and maybe a VPC entry); anything else falls back to `load`.
 
 A revision that does not validate is rejected: the maps keep the last good state, and the
-rejection is counted and reported. Revisions are applied in order; `revision` is the last one.
+rejection is counted and reported. Any error counts: a malformed object (decoding raises only
+InvalidIntentError), a gateway missing from the intent, an exception while compiling, or a map
+write that fails. A failed write is undone (the keys it touched get their old values back) so the
+maps hold the last good revision again; if even the undo fails, `suspect` is set and the agent
+re-reads the maps before the next revision. Revisions are applied in order; `revision` is the
+last one applied.
 """
 
 from __future__ import annotations
@@ -21,7 +26,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from crosszone.compile.diff import Entries, MapOp, Sink, apply_to, count, diff_entries
+from crosszone.compile.diff import (
+    ARRAY_MAPS,
+    MAP_ORDER,
+    Entries,
+    MapOp,
+    Sink,
+    apply_to,
+    count,
+    diff_entries,
+)
 from crosszone.compile.gateway import Desired, Ids, compile_gateway, route_delta
 from crosszone.intent.errors import InvalidIntentError
 from crosszone.intent.prefixes import PrefixSet
@@ -40,6 +54,7 @@ class Applied:
     deletes: int
     seconds: float
     error: str | None = None
+    stage: str | None = None   # of a rejection: "validate" (decode, check, compile) or "apply"
 
 
 def _minus(a: PrefixSet, b: PrefixSet) -> PrefixSet:
@@ -76,20 +91,68 @@ class Reconciler:
         self.latest: dict[str, bytes] = {}
         self.rejected = 0
         self.last_error: str | None = None
+        # The maps may not hold `entries` (a failed write could not be undone): re-read them.
+        self.suspect = False
 
     def _apply(self, ops: list[MapOp], track: bool = True) -> None:
         """Perform ops; track=False when the caller replaces the entries afterwards (a full
-        reconcile: replaying a million puts into a dict is seconds of nothing)."""
-        for op in ops:
-            self.sink.apply(op)
-            if track:
-                for _ in apply_to(self.entries, [op]):
-                    pass
+        reconcile: replaying a million puts into a dict is seconds of nothing).
 
-    def _reject(self, revision: int, exc: Exception, t0: float) -> Applied:
+        A failing op raises _ApplyFailed after the ops done so far (and the failing one, which
+        may be half done) are undone: with track=False `entries` still is the pre-image; with
+        track=True the old values of the keys an op touches are kept before it runs."""
+        before: dict[tuple[str, bytes], bytes | None] = {}
+        done: list[MapOp] = []
+        try:
+            for op in ops:
+                if track:
+                    m = self.entries.get(op.map, {})
+                    for k in op.keys:
+                        before.setdefault((op.map, bytes(k)), m.get(bytes(k)))
+                done.append(op)
+                self.sink.apply(op)
+                if track:
+                    for _ in apply_to(self.entries, [op]):
+                        pass
+        except Exception as exc:
+            if not track:
+                for op in done:
+                    m = self.entries.get(op.map, {})
+                    for k in op.keys:
+                        before.setdefault((op.map, bytes(k)), m.get(bytes(k)))
+            self._undo(before)
+            raise _ApplyFailed(exc) from exc
+
+    def _undo(self, before: dict[tuple[str, bytes], bytes | None]) -> None:
+        """Give the touched keys their old values back, in the diff's order; puts first, as
+        they are idempotent, then deletes one by one (the failed batch may not have created
+        them: a missing key is not an error here)."""
+        old: Entries = {}
+        for (name, k), v in before.items():
+            if v is not None:
+                old.setdefault(name, {})[k] = v
+            elif name in self.entries:
+                self.entries[name].pop(k, None)
+        for name, m in old.items():
+            self.entries.setdefault(name, {}).update(m)
+        puts = [MapOp("put", name, list(m), list(m.values())) for name in MAP_ORDER
+                if (m := old.get(name))]
+        dels = [MapOp("delete", name, [k]) for name in reversed(MAP_ORDER)
+                if name not in ARRAY_MAPS
+                for (n, k), v in before.items() if n == name and v is None]
+        for op in puts + dels:
+            try:
+                self.sink.apply(op)
+            except Exception:  # best effort; the agent re-reads the maps
+                if op.kind == "put":
+                    self.suspect = True
+
+    def _reject(self, revision: int, exc: Exception, t0: float, stage: str = "validate"
+                ) -> Applied:
         self.rejected += 1
-        self.last_error = f"revision {revision} rejected, keeping revision {self.revision}: {exc}"
-        return Applied(revision, "rejected", 0, 0, self.now() - t0, str(exc))
+        self.last_error = (f"revision {revision} rejected ({stage}), keeping revision "
+                           f"{self.revision}: {type(exc).__name__}: {exc}")[:1000]
+        return Applied(revision, "rejected", 0, 0, self.now() - t0, str(exc)[:1000], stage)
 
     def plan_full(self, objects: dict[str, bytes],
                   actual: Callable[[Entries], Entries] | None = None
@@ -113,12 +176,17 @@ class Reconciler:
         self.seen, self.latest = max(self.seen, revision), dict(objects)
         try:
             cluster, desired, ops, chunks = self.plan_full(objects, actual)
-        except (InvalidIntentError, KeyError) as exc:
-            if isinstance(exc, KeyError):
-                exc = InvalidIntentError(f"gateway {self.gateway} is not in the intent",
-                                         path="store", where="gateways")
+        except KeyError:
+            exc = InvalidIntentError(f"gateway {self.gateway} is not in the intent",
+                                     path="store", where="gateways")
             return self._reject(revision, exc, t0)
-        self._apply(ops, track=False)
+        except Exception as exc:  # whatever a revision holds, it is rejected
+            return self._reject(revision, exc, t0)
+        try:
+            self._apply(ops, track=False)
+        except _ApplyFailed as failed:
+            return self._reject(revision, failed.cause, t0, "apply")
+        self.suspect = False
         self.entries = desired.entries
         self.cluster, self.desired, self.ids = cluster, desired, desired.ids
         self.chunks = chunks
@@ -155,7 +223,10 @@ class Reconciler:
         t0 = self.now()
         try:
             ops = self._delta(objects, changed)
-        except (InvalidIntentError, KeyError, _NeedFull):
+        except _ApplyFailed as failed:
+            self.seen, self.latest = max(self.seen, revision), objects
+            return self._reject(revision, failed.cause, t0, "apply")
+        except Exception:  # _NeedFull, a bad chunk: the full path judges
             return self.load(objects, revision)
         n = count(ops)
         self.revision = revision
@@ -211,3 +282,11 @@ class Reconciler:
 
 class _NeedFull(Exception):
     """The delta path cannot apply these events; recompile everything."""
+
+
+class _ApplyFailed(Exception):
+    """A map write failed (and what it had done was undone); cause is the sink's error."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause

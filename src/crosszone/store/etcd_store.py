@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from crosszone.store.store import Event, Store, StoreUnavailable
+from crosszone.store.store import Event, RevisionCompacted, Store, StoreUnavailable
 
 
 def _b64(data: bytes | str) -> str:
@@ -114,6 +114,8 @@ class EtcdStore(Store):
                 if w.error is not None:
                     self._stream = None
                     w.stop()
+                    if isinstance(w.error, RevisionCompacted):
+                        raise w.error
                     raise StoreUnavailable(f"etcd {self.base_url}: watch: {w.error}")
                 while w.buffer and w.buffer[0].revision <= after:
                     w.buffer.popleft()
@@ -165,8 +167,7 @@ class EtcdStore(Store):
                         raise StoreUnavailable(f"{msg['error']}")
                     res = msg.get("result", {})
                     if int(res.get("compact_revision", 0) or 0):
-                        raise StoreUnavailable(f"revision {w.start} compacted (oldest "
-                                               f"{res['compact_revision']})")
+                        raise RevisionCompacted(w.start - 1, int(res["compact_revision"]) - 1)
                     if res.get("canceled"):
                         raise StoreUnavailable(f"canceled: {res.get('cancel_reason', '')}")
                     events = [Event(int(e["kv"]["mod_revision"]),

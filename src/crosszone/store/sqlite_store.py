@@ -5,6 +5,11 @@ holds every change (key, value or NULL, revision) so that `watch` can replay fro
 WAL mode lets the controller write while agents in other processes read. Watch polls the log
 table (SQLite has no cross-process notification); `PRAGMA data_version` makes an idle poll one
 cheap statement, so a 2 ms poll interval costs nothing while keeping change latency low.
+
+The log is compacted as it grows: every `max_log_rows // 4` rows written, if it holds more than
+`max_log_rows` rows, the oldest revisions are dropped so that the newest `max_log_rows // 2` rows
+remain (whole revisions; `kv` always holds the latest value of every key). A watcher still at a
+dropped revision gets `RevisionCompacted` and reads the whole state again, as with etcd.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from crosszone.store.store import Event, Store, StoreUnavailable
+from crosszone.store.store import Event, RevisionCompacted, Store, StoreUnavailable
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL, rev INTEGER NOT NULL);
@@ -22,6 +27,7 @@ CREATE TABLE IF NOT EXISTS log (rev INTEGER NOT NULL, key TEXT NOT NULL, value B
 CREATE INDEX IF NOT EXISTS log_rev ON log (rev);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta VALUES ('revision', 0);
+INSERT OR IGNORE INTO meta VALUES ('compacted', 0);
 """
 
 
@@ -30,8 +36,10 @@ class SqliteStore(Store):
 
     def __init__(self, path: str, poll_s: float = 0.002,
                  sleep: Callable[[float], None] = time.sleep,
-                 now: Callable[[], float] = time.monotonic) -> None:
+                 now: Callable[[], float] = time.monotonic, max_log_rows: int = 20_000) -> None:
         self.path = path
+        self.max_log_rows = max_log_rows
+        self._rows_since = 0  # rows written since the last compaction check
         self.poll_s = poll_s
         self._sleep = sleep
         self._now = now
@@ -72,7 +80,33 @@ class SqliteStore(Store):
                 db.execute("ROLLBACK")
                 raise
             return rev
-        return int(self._run(tx))  # type: ignore[call-overload]
+        rev = int(self._run(tx))  # type: ignore[call-overload]
+        self._rows_since += len(items)
+        if self._rows_since >= max(1, self.max_log_rows // 4):
+            self._rows_since = 0
+            self.compact_if_large()
+        return rev
+
+    def log_rows(self) -> int:
+        """Rows in the change log."""
+        return int(self._run(lambda db: db.execute(  # type: ignore[call-overload]
+            "SELECT count(*) FROM log").fetchone()[0]))
+
+    def compact_if_large(self) -> int:
+        """Compact when the log holds more than max_log_rows; the revision kept after (0: none).
+
+        Several processes may write one file: each checks after its own writes, and compacting
+        twice is harmless."""
+        if self.log_rows() <= self.max_log_rows:
+            return 0
+        row = self._run(lambda db: db.execute(
+            "SELECT rev FROM log ORDER BY rev DESC, rowid DESC LIMIT 1 OFFSET ?",
+            (self.max_log_rows // 2,)).fetchone())
+        if row is None:
+            return 0
+        horizon = int(row[0])  # type: ignore[index]
+        self.compact(horizon)
+        return horizon
 
     def get_prefix(self, prefix: str) -> tuple[dict[str, bytes], int]:
         """All keys under prefix, read in one transaction with the revision."""
@@ -102,6 +136,9 @@ class SqliteStore(Store):
                 v = (db.execute("PRAGMA data_version").fetchone()[0], self._writes)
                 if v == version:
                     return v, []
+                oldest = db.execute("SELECT value FROM meta WHERE name='compacted'").fetchone()[0]
+                if after < oldest:
+                    raise RevisionCompacted(after, oldest)
                 return v, db.execute(
                     "SELECT rev, key, value FROM log WHERE rev > ? AND key >= ? AND key < ? "
                     "ORDER BY rev, rowid", (after, prefix, prefix + "\U0010ffff")).fetchall()
@@ -114,8 +151,19 @@ class SqliteStore(Store):
             self._sleep(self.poll_s)
 
     def compact(self, keep_after: int) -> None:
-        """Drop log entries at or below a revision every agent has applied."""
-        self._run(lambda db: db.execute("DELETE FROM log WHERE rev <= ?", (keep_after,)))
+        """Drop log entries at or below a revision; watchers from before it must resync."""
+        def tx(db: sqlite3.Connection) -> None:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute("DELETE FROM log WHERE rev <= ?", (keep_after,))
+                db.execute("UPDATE meta SET value=max(value, ?) WHERE name='compacted'",
+                           (keep_after,))
+                db.execute("COMMIT")
+                self._writes += 1
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        self._run(tx)
 
     def close(self) -> None:
         """Close the database."""

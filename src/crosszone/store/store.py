@@ -23,6 +23,16 @@ class StoreUnavailable(OSError):
     """The store cannot be reached (the agent keeps its last state and retries)."""
 
 
+class RevisionCompacted(StoreUnavailable):
+    """A watch asked for revisions the store no longer keeps (its log was compacted): the
+    caller reads the whole state again (`get_prefix`) and watches from that revision."""
+
+    def __init__(self, asked: int, oldest: int) -> None:
+        super().__init__(f"revision {asked} is compacted (the log starts after {oldest}): "
+                         "read the whole state again")
+        self.asked, self.oldest = asked, oldest
+
+
 @dataclass(frozen=True)
 class Event:
     """One key changed at a revision (value None: deleted)."""

@@ -26,10 +26,12 @@ from crosszone.intent.loader import (
     host_block_error,
     line_in_block,
     line_of,
+    node_at,
     read_intent_text,
     validation_problem,
 )
 from crosszone.intent.schema import Cluster
+from crosszone.intent.strict_yaml import DuplicateKeyError, path_of_key, yaml11_hint
 
 Loc = tuple[Any, ...]
 # What a version-1 document may hold; the rest of version 2 (several gateways, BGP, compact
@@ -88,6 +90,11 @@ def _load_yaml(text: str, path: str | None) -> dict[str, Any]:
     """The YAML document, which must be a mapping."""
     try:
         data = yaml.load(text, Loader=Loader)
+    except DuplicateKeyError as exc:
+        loc = path_of_key(compose(text), exc.line, exc.column)
+        raise InvalidIntentError(f"key {exc.key!r} is given twice in the same mapping (YAML "
+                                 "would keep the last one silently)", path=path, line=exc.line,
+                                 where=format_loc(loc) or None) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise InvalidIntentError(f"not valid YAML: {getattr(exc, 'problem', exc)}", path=path,
@@ -102,6 +109,11 @@ def _load_yaml(text: str, path: str | None) -> dict[str, Any]:
 
 def parse_cluster(text: str, path: str | None = None) -> Cluster:
     """Validate intent YAML (version 1 or 2) into a frozen Cluster, or raise InvalidIntentError."""
+    return parse_versioned(text, path)[0]
+
+
+def parse_versioned(text: str, path: str | None = None) -> tuple[Cluster, int]:
+    """parse_cluster, and the version the text was written in (1 or 2): one parse for both."""
     data = _load_yaml(text, path)
     version = data.get("version")
     v1 = type(version) is int and version == 1
@@ -111,10 +123,12 @@ def parse_cluster(text: str, path: str | None = None) -> Cluster:
             raise InvalidIntentError(bad[1], path=path, line=line_of(compose(text), bad[0]),
                                      where=format_loc(bad[0]))
         data = migrate_v1(data)
-    elif version != 2:
-        raise InvalidIntentError(f"unknown version {version!r}: this crosszone reads "
+    elif type(version) is not int or version != 2:
+        root = compose(text)
+        hint = yaml11_hint(node_at(root, ("version",)))
+        raise InvalidIntentError(hint or f"unknown version {version!r}: this crosszone reads "
                                  "versions 1 and 2", path=path,
-                                 line=line_of(compose(text), ("version",)), where="version")
+                                 line=line_of(root, ("version",)), where="version")
     if isinstance(data.get("hosts_compact"), str):
         # parsed here, not in the schema's validator, so that an error knows its line
         try:
@@ -128,7 +142,10 @@ def parse_cluster(text: str, path: str | None = None) -> Cluster:
         loc, msg = validation_problem(exc)
         if v1:
             loc, msg = _v1_item(_v1_loc(loc), msg)
-        raise InvalidIntentError(msg, path=path, line=line_in_block(compose(text), loc, msg),
+        root = compose(text)
+        # `vni: 01751`, `bfd: yes`: say what YAML 1.1 would have made of it, not just "integer"
+        msg = yaml11_hint(node_at(root, loc)) or msg
+        raise InvalidIntentError(msg, path=path, line=line_in_block(root, loc, msg),
                                  where=format_loc(loc)) from None
     try:
         check_cluster(cluster)
@@ -137,12 +154,17 @@ def parse_cluster(text: str, path: str | None = None) -> Cluster:
         msg = problem.message.replace("gateways[0].", "gateway.") if v1 else problem.message
         raise InvalidIntentError(msg, path=path, line=_problem_line(compose(text), loc, cluster),
                                  where=format_loc(loc)) from None
-    return cluster
+    return cluster, 1 if v1 else 2
 
 
 def load_cluster(path: str | Path) -> Cluster:
     """Read and validate an intent file of either version."""
     return parse_cluster(read_intent_text(path), str(path))
+
+
+def load_versioned(path: str | Path) -> tuple[Cluster, int]:
+    """load_cluster, and the version the file was written in (1 or 2)."""
+    return parse_versioned(read_intent_text(path), str(path))
 
 
 def only_gateway(c: Cluster, gateway: str | None, path: str | None = None) -> str:

@@ -17,27 +17,27 @@ intent_app = typer.Typer(help="Intent files: migrate version 1 to version 2.",
 
 def check_cmd(file: Path = typer.Argument(..., help="Intent YAML (version 1 or 2).")) -> None:
     """Validate an intent file without touching anything; exit 2 with the first problem."""
-    from crosszone.intent.cluster import load_cluster
+    from crosszone.intent.cluster import load_versioned, table_counts
 
     try:
-        c = load_cluster(file)
+        # read and parsed once: a 2M-route file spent 18 s of 22 in a second yaml.safe_load that
+        # only asked for the version
+        c, version = load_versioned(file)
     except InvalidIntentError as exc:
         Console(stderr=True).print(f"[red]invalid:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from None
-    routes = sum(len(p.prefixes) for v in c.vpcs for p in c.storage_pools
-                 if p.name in v.storage_pools) + sum(len(v.routes) for v in c.vpcs)
-    addrs = sum(len(h.addresses) for h in c.hosts)
+    counts = table_counts(c)
+    routes, addrs = counts["routes"], counts["hosts"]
+    hosts = len(c.hosts) + len(c.hosts_compact)
     note = ""
-    with open(file) as fh:
-        first = yaml.safe_load(fh)
-    if isinstance(first, dict) and first.get("version") == 1:
+    if version == 1:
         note = " (version 1: read as a one-gateway cluster; `crosszone intent migrate` " \
                "prints it as version 2)"
     def n(count: int, what: str) -> str:
         return f"{count} {what}" + ("" if count == 1 else "s")
 
     Console().print(f"{file}: valid{note}: {n(len(c.gateways), 'gateway')}, "
-                    f"{n(len(c.vpcs), 'VPC')}, {n(routes, 'route')}, {n(len(c.hosts), 'host')} "
+                    f"{n(len(c.vpcs), 'VPC')}, {n(routes, 'route')}, {n(hosts, 'host')} "
                     f"({addrs} address{'' if addrs == 1 else 'es'}), "
                     f"{n(len(c.storage_pools), 'storage pool')}", highlight=False)
 

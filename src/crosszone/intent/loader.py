@@ -15,8 +15,11 @@ from pydantic import ValidationError
 
 from crosszone.intent.errors import InvalidIntentError
 from crosszone.intent.hosts import HostError
+from crosszone.intent.strict_yaml import StrictLoader
 
-Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# The one YAML dialect of intents (strict_yaml.py): libyaml's speed, YAML 1.2-core scalars, no
+# duplicate keys.
+Loader = StrictLoader
 
 
 def compose(text: str) -> yaml.Node | None:
@@ -48,7 +51,8 @@ def line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     return line
 
 
-def _node_at(root: yaml.Node | None, loc: tuple[Any, ...]) -> yaml.Node | None:
+def node_at(root: yaml.Node | None, loc: tuple[Any, ...]) -> yaml.Node | None:
+    """The YAML node at a document path, or None."""
     node = root
     for part in loc:
         if isinstance(node, yaml.MappingNode):
@@ -70,7 +74,7 @@ def line_in_block(root: yaml.Node | None, loc: tuple[Any, ...], msg: str) -> int
         index = int(msg.split("prefix #", 1)[1].split()[0].rstrip(":"))
     except ValueError:
         return line
-    node = _node_at(root, loc)
+    node = node_at(root, loc)
     if isinstance(node, yaml.SequenceNode) and index < len(node.value):
         # the list form (every version-1 file): the item's own line
         return int(node.value[index].start_mark.line) + 1

@@ -18,7 +18,7 @@ import numpy as np
 
 from crosszone.abi import layout
 from crosszone.intent.errors import InvalidIntentError
-from crosszone.intent.prefixes import PrefixSet, duplicates4, overlaps4
+from crosszone.intent.prefixes import PrefixSet, duplicates4, member_sorted, overlaps4
 from crosszone.intent.schema import Cluster, Gateway, Vpc
 
 Loc = tuple[Any, ...]
@@ -79,6 +79,88 @@ def _check_storage_facing(found: list[tuple[Any, Loc]]) -> None:
             int(net.broadcast_address) > int(last[0].broadcast_address)
         ):
             last = (net, loc)
+
+
+def _storage_sources(c: Cluster) -> list[tuple[PrefixSet, Any]]:
+    """Every storage-zone destination the intent routes to: each pool's prefixes (loc), and the
+    explicit routes of every VPC (a list of their locs, one per IPv4 then IPv6 prefix)."""
+    out: list[tuple[PrefixSet, Any]] = [(p.prefixes, ("storage_pools", k, "prefixes"))
+                                        for k, p in enumerate(c.storage_pools)]
+    routes = [(r.prefix, ("vpcs", i, "routes", j, "prefix"))
+              for i, v in enumerate(c.vpcs) for j, r in enumerate(v.routes)]
+    if routes:
+        ordered = [r for r in routes if r[0].version == 4] + [r for r in routes
+                                                              if r[0].version == 6]
+        out.append((PrefixSet.from_networks([n for n, _ in ordered]), [loc for _, loc in ordered]))
+    return out
+
+
+def _clash(net: Any, sf: Any, sf_loc: Loc, src: Any, k: int) -> IntentProblem:
+    """sf (storage-facing) equals, holds or lies inside the k-th prefix of a storage source."""
+    where = format_loc(src[k]) if isinstance(src, list) else f"in {format_loc(src)}"
+    how = "is" if net == sf else ("covers" if net.subnet_of(sf) else "lies inside")
+    return IntentProblem(sf_loc, f"storage-facing {sf} {how} the storage prefix {net} "
+                         f"({where}): the gateway could not tell replies from storage traffic")
+
+
+def _check_sf_vs_storage4(sfs: list[tuple[Any, Loc]], sources: list[tuple[PrefixSet, Any]]
+                          ) -> None:
+    """No IPv4 storage-facing prefix overlaps a storage prefix (numpy: pools of millions)."""
+    if not sfs:
+        return
+    s0 = np.array([int(n.network_address) for n, _ in sfs], np.int64)
+    s1 = np.array([int(n.broadcast_address) for n, _ in sfs], np.int64)
+    splen = np.array([n.prefixlen for n, _ in sfs], np.int64)
+    for pset, src in sources:
+        if not len(pset.addr4):
+            continue
+        starts = np.sort(pset.addr4.astype(np.int64))
+        # a storage prefix inside (or equal to) a storage-facing one starts within it
+        i = np.minimum(np.searchsorted(starts, s0), len(starts) - 1)
+        bad = starts[i] <= s1
+        bad &= starts[i] >= s0
+        # one that covers it is the storage-facing start masked to one of the pool's lengths
+        keys = np.sort(pset.keys4())
+        for plen in np.unique(pset.plen4).tolist():
+            mask = (0xFFFFFFFF << (32 - plen)) & 0xFFFFFFFF
+            probe = (((s0 & mask).astype(np.uint64)) << np.uint64(8)) | np.uint64(plen)
+            bad |= member_sorted(keys, probe) & (splen >= plen)
+        if bad.any():
+            n = int(np.flatnonzero(bad)[0])
+            sf, loc = sfs[n]
+            k = next(m for m, (a, p) in enumerate(zip(pset.addr4.tolist(), pset.plen4.tolist()))
+                     if ipaddress.IPv4Network((a, p)).overlaps(sf))
+            net = ipaddress.IPv4Network((int(pset.addr4[k]), int(pset.plen4[k])))
+            raise _clash(net, sf, loc, src, k)
+
+
+def _check_storage_facing_clashes(c: Cluster, sfs: list[tuple[Any, Loc]]) -> None:
+    """Storage-facing prefixes (identity VPCs' own prefixes included) stay clear of storage
+    destinations and of the gateways' own underlay addresses."""
+    sources = _storage_sources(c)
+    _check_sf_vs_storage4([s for s in sfs if s[0].version == 4], sources)
+    sf6 = [s for s in sfs if s[0].version == 6]
+    for pset, src in sources if sf6 else []:
+        offset = len(pset.addr4) if isinstance(src, list) else 0
+        for m, net6 in enumerate(pset.networks6()):
+            for sf, loc in sf6:
+                if net6.overlaps(sf):
+                    raise _clash(net6, sf, loc, src, offset + m)
+    # The fast path takes a packet to a storage-facing address for a reply to a VPC host: BGP,
+    # BFD or VXLAN to one of the gateway's own addresses there would be dropped as unknown host.
+    own: list[tuple[Any, Loc, str]] = []
+    for g, gw in enumerate(c.gateways):
+        own.append((gw.vtep, ("gateways", g, "vtep"), "the gateway VTEP"))
+        if gw.bgp is not None:
+            own.append((gw.bgp.router_id, ("gateways", g, "bgp", "router_id"), "the router id"))
+            own += [(p.address, ("gateways", g, "bgp", "peers", q, "address"), "a BGP peer")
+                    for q, p in enumerate(gw.bgp.peers)]
+    for sf, loc in sfs:
+        for addr, where, what in own:
+            if addr in sf:
+                raise IntentProblem(loc, f"storage-facing {sf} covers {what} {addr} "
+                                    f"({format_loc(where)}): the fast path would drop its "
+                                    "traffic as a reply to an unknown host")
 
 
 def _route_sets(c: Cluster, i: int) -> list[tuple[PrefixSet, Loc]]:
@@ -221,6 +303,7 @@ def check_cluster(c: Cluster) -> None:
         raise IntentProblem(("vpcs",), f"{routes4} IPv4 / {routes6} IPv6 routes; the tables hold "
                             f"{layout.CZ_MAX_ROUTES4} / {layout.CZ_MAX_ROUTES6}")
     _check_storage_facing(storage_facing)
+    _check_storage_facing_clashes(c, storage_facing)
 
     n_hosts = len(c.hosts) + len(c.hosts_compact)
     if n_hosts > layout.CZ_MAX_HOSTS:

@@ -56,9 +56,9 @@ class PrefixChange(BaseModel):
 
 
 def bearer_ok(authorization: str, token: str) -> bool:
-    """True when the header is exactly `Bearer <token>` (a bare token is refused)."""
+    """True when the header is `Bearer <token>` (a bare token, or another scheme, is refused)."""
     scheme, _, given = authorization.partition(" ")
-    if not token or scheme != "Bearer" or not given:
+    if not token or scheme.lower() != "bearer" or not given:  # schemes are case-insensitive
         return False
     return hmac.compare_digest(given.strip().encode(), token.encode())
 

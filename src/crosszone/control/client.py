@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 import httpx
@@ -18,8 +19,9 @@ class Client:
                  verify: str | bool = True) -> None:
         # verify: True (system CAs) or the path of a PEM CA file for an https controller
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        ctx = ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
         self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout,
-                                  verify=verify)
+                                  verify=ctx)
 
     def _call(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
         try:

@@ -262,16 +262,12 @@ def test_compact_hosts_collide_with_verbose_ones() -> None:
     assert "hosts_compact[0].addresses" in str(e.value) and "hosts[1]" in str(e.value)
 
 
-def test_compact_hosts_at_scale_are_fast() -> None:
-    import time
-
+def test_compact_hosts_at_scale() -> None:
+    # how fast is `crosszone bench control`'s business (no timed assertion in a test)
     from crosszone.bench.control import synthetic
 
-    text = synthetic(1000, 100_000)
-    t0 = time.perf_counter()
-    c = parse_cluster(text, "big.yaml")
+    c = parse_cluster(synthetic(1000, 100_000), "big.yaml")
     assert len(c.hosts_compact) == 100_000
-    assert time.perf_counter() - t0 < 10  # ~1 s on a quiet core; verbose YAML takes ~30 s
 
 
 def test_names_twice_inside_a_gateway_or_pool_give_their_own_line() -> None:

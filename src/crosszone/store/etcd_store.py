@@ -10,6 +10,13 @@ open (a thread reads it), so a change reaches the agent as soon as etcd sends it
 after a new stream is set up per call. Large intents need etcd started
 with a larger --max-request-bytes and --max-txn-ops (the fixtures and the benchmark do); the
 defaults (1.5 MiB, 128 operations) are for small configurations.
+
+Authentication (etcd `auth enable`): with a user, the store gets a token from
+/v3/auth/authenticate and sends it in the Authorization header of every request and of the watch
+stream; a token etcd no longer knows (simple tokens expire, 5 minutes by default) is renewed once
+and the request retried. Refusals are StoreAuthError with what to configure. https with a CA
+bundle and an optional client certificate is httpx's verify/cert (`etcd_from_url` reads them
+from the environment, never from argv).
 """
 
 from __future__ import annotations
@@ -18,15 +25,83 @@ import base64
 import contextlib
 import json
 import socket
+import ssl
 import threading
 import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
-from crosszone.store.store import Event, RevisionCompacted, Store, StoreUnavailable
+from crosszone.store.store import (
+    Event,
+    RevisionCompacted,
+    Store,
+    StoreAuthError,
+    StoreUnavailable,
+)
+
+# etcd's messages for "no or wrong credentials" and for "this token expired"
+_NEEDS_AUTH = ("user name is empty", "authentication failed", "permission denied",
+               "invalid auth management")
+_STALE_TOKEN = ("invalid auth token", "auth token is not found")
+
+
+def _auth_error(text: str, user: str | None) -> StoreAuthError | None:
+    """A StoreAuthError saying what to configure, if etcd's error text is about credentials."""
+    if "user name is empty" in text:
+        return StoreAuthError("etcd requires authentication: give a user in the store URL "
+                              "(etcd://USER@host:port) and its password in "
+                              "CROSSZONE_ETCD_PASSWORD or CROSSZONE_ETCD_PASSWORD_FILE")
+    if any(m in text for m in _NEEDS_AUTH):
+        return StoreAuthError(f"etcd refused user {user!r}: {text.strip()[:200]}")
+    return None
+
+
+def _ssl_context(verify: str | bool, cert: tuple[str, str] | None) -> ssl.SSLContext | bool:
+    """What httpx takes as verify: a context with our CA and client certificate, or a bool."""
+    if verify is True and cert is None:
+        return True
+    if verify is False:
+        return False
+    ctx = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
+    if cert is not None:
+        ctx.load_cert_chain(*cert)
+    return ctx
+
+
+def etcd_from_url(url: str, env: Mapping[str, str]) -> EtcdStore:
+    """An EtcdStore from etcd://[user@]host:port or etcds://... and the environment."""
+    parts = urlsplit(url)
+    if parts.password is not None:
+        raise ValueError("a password in the store URL shows in `ps` and logs: give it in "
+                         "CROSSZONE_ETCD_PASSWORD or CROSSZONE_ETCD_PASSWORD_FILE")
+    if not parts.hostname or parts.path not in ("", "/"):
+        raise ValueError(f"bad etcd URL {url!r} (etcd://[user@]host:port)")
+    user = parts.username or None
+    password = None
+    if user is not None:
+        if env.get("CROSSZONE_ETCD_PASSWORD_FILE"):
+            password = Path(env["CROSSZONE_ETCD_PASSWORD_FILE"]).read_text().rstrip("\r\n")
+        else:
+            password = env.get("CROSSZONE_ETCD_PASSWORD")
+        if password is None:
+            raise ValueError(f"etcd user {user!r} needs a password: set CROSSZONE_ETCD_PASSWORD "
+                             "or CROSSZONE_ETCD_PASSWORD_FILE")
+    tls = parts.scheme == "etcds"
+    ca, cert, key = (env.get(f"CROSSZONE_ETCD_{n}") for n in ("CA", "CERT", "KEY"))
+    if not tls and (ca or cert):
+        raise ValueError("CROSSZONE_ETCD_CA/CERT given for a plain-http etcd URL: use etcds://")
+    if bool(cert) != bool(key):
+        raise ValueError("a client certificate needs both CROSSZONE_ETCD_CERT and "
+                         "CROSSZONE_ETCD_KEY")
+    host = parts.netloc.rpartition("@")[2]
+    return EtcdStore(("https://" if tls else "http://") + host, user=user, password=password,
+                     verify=ca or True, cert=(cert, key) if cert and key else None)
 
 
 def _b64(data: bytes | str) -> str:
@@ -47,22 +122,50 @@ def _range_end(prefix: str) -> str:
 class EtcdStore(Store):
     """A Store in etcd, through the v3 JSON gateway at base_url (http://host:port)."""
 
-    def __init__(self, base_url: str, timeout: float = 10.0, root: str = "/crosszone/") -> None:
+    def __init__(self, base_url: str, timeout: float = 10.0, root: str = "/crosszone/",
+                 user: str | None = None, password: str | None = None,
+                 verify: str | bool = True, cert: tuple[str, str] | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.root = root
         self.timeout = timeout
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout)
+        self.user = user
+        self._password = password
+        self._tls: dict[str, Any] = {"verify": _ssl_context(verify, cert)}
+        self._token: str | None = None
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, **self._tls)
         self._cond = threading.Condition()
         self._stream: _WatchStream | None = None
 
-    def _post(self, path: str, body: dict) -> dict:
+    def _authenticate(self) -> str:
+        """A fresh token for our user (StoreAuthError if etcd refuses the password)."""
         try:
-            r = self._http.post(path, json=body)
+            r = self._http.post("/v3/auth/authenticate",
+                                json={"name": self.user, "password": self._password})
+        except httpx.HTTPError as exc:
+            raise StoreUnavailable(f"etcd {self.base_url}: {exc}") from None
+        if r.status_code != 200 or "token" not in r.text:
+            raise _auth_error(r.text, self.user) or StoreAuthError(
+                f"etcd {self.base_url}: authenticate: HTTP {r.status_code}: {r.text[:200]}")
+        self._token = str(r.json()["token"])
+        return self._token
+
+    def _headers(self) -> dict[str, str]:
+        """The Authorization header (a token, authenticating first if needed) or none."""
+        if self.user is None:
+            return {}
+        return {"Authorization": self._token or self._authenticate()}
+
+    def _post(self, path: str, body: dict, retry: bool = True) -> dict:
+        try:
+            r = self._http.post(path, json=body, headers=self._headers())
         except httpx.HTTPError as exc:
             raise StoreUnavailable(f"etcd {self.base_url}: {exc}") from None
         if r.status_code != 200:
-            raise StoreUnavailable(f"etcd {self.base_url}{path}: HTTP {r.status_code}: "
-                                   f"{r.text[:200]}")
+            if self.user is not None and retry and any(m in r.text for m in _STALE_TOKEN):
+                self._token = None  # expired (or etcd restarted): one new token, one retry
+                return self._post(path, body, retry=False)
+            raise _auth_error(r.text, self.user) or StoreUnavailable(
+                f"etcd {self.base_url}{path}: HTTP {r.status_code}: {r.text[:200]}")
         return r.json()
 
     def put_many(self, items: Mapping[str, bytes | None]) -> int:
@@ -114,8 +217,10 @@ class EtcdStore(Store):
                 if w.error is not None:
                     self._stream = None
                     w.stop()
-                    if isinstance(w.error, RevisionCompacted):
+                    if isinstance(w.error, (RevisionCompacted, StoreAuthError)):
                         raise w.error
+                    if any(m in str(w.error) for m in _STALE_TOKEN):
+                        self._token = None  # the next stream authenticates again
                     raise StoreUnavailable(f"etcd {self.base_url}: watch: {w.error}")
                 while w.buffer and w.buffer[0].revision <= after:
                     w.buffer.popleft()
@@ -130,6 +235,7 @@ class EtcdStore(Store):
                 self._cond.wait(left)
 
     def _open_stream(self, prefix: str, start: int) -> None:
+        headers = self._headers()  # may authenticate (and fail) before any state changes
         if self._stream is not None:
             self._stream.stop()
         w = _WatchStream(prefix, start, start - 1)
@@ -137,8 +243,8 @@ class EtcdStore(Store):
         full = self.root + prefix
         body = {"create_request": {"key": _b64(full), "range_end": _range_end(full),
                                    "start_revision": start}}
-        w.client = httpx.Client(base_url=self.base_url,
-                                timeout=httpx.Timeout(self.timeout, read=None))
+        w.client = httpx.Client(base_url=self.base_url, headers=headers,
+                                timeout=httpx.Timeout(self.timeout, read=None), **self._tls)
         w.thread = threading.Thread(target=self._read_stream, args=(w, body), daemon=True,
                                     name=f"etcd-watch-{prefix}")
         w.thread.start()
@@ -149,7 +255,9 @@ class EtcdStore(Store):
             assert w.client is not None
             with w.client.stream("POST", "/v3/watch", json=body) as r:
                 if r.status_code != 200:
-                    raise StoreUnavailable(f"HTTP {r.status_code}")
+                    text = r.read().decode(errors="replace")
+                    raise _auth_error(text, self.user) or StoreUnavailable(
+                        f"HTTP {r.status_code}: {text[:200]}")
                 ns = r.extensions.get("network_stream")
                 w.sock = ns.get_extra_info("socket") if ns is not None else None
                 with self._cond:
@@ -169,7 +277,9 @@ class EtcdStore(Store):
                     if int(res.get("compact_revision", 0) or 0):
                         raise RevisionCompacted(w.start - 1, int(res["compact_revision"]) - 1)
                     if res.get("canceled"):
-                        raise StoreUnavailable(f"canceled: {res.get('cancel_reason', '')}")
+                        reason = str(res.get("cancel_reason", ""))
+                        raise _auth_error(reason, self.user) or StoreUnavailable(
+                            f"canceled: {reason}")
                     events = [Event(int(e["kv"]["mod_revision"]),
                                     _unb64(e["kv"]["key"]).decode()[n:],
                                     None if e.get("type") == "DELETE"

@@ -6,11 +6,16 @@ that records the last revision it applied can resume exactly where it stopped.
 
 Keys under `intent/` hold the desired state (see `crosszone.store.objects`); keys under
 `status/` hold what each agent reports. URLs: `sqlite:///path/file.db` (the default: nothing to
-run) and `etcd://host:port` (a cluster).
+run), `etcd://host:port` (a cluster, plain http) and `etcds://host:port` (https). An etcd with
+authentication takes a user in the URL, `etcd://user@host:port`; its password never goes in a
+URL or on a command line (both show in `ps`): it comes from CROSSZONE_ETCD_PASSWORD or the file
+named by CROSSZONE_ETCD_PASSWORD_FILE. For https, CROSSZONE_ETCD_CA names the CA bundle that
+signs the server's certificate, CROSSZONE_ETCD_CERT and CROSSZONE_ETCD_KEY a client certificate.
 """
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,6 +26,10 @@ STATUS = "status/"
 
 class StoreUnavailable(OSError):
     """The store cannot be reached (the agent keeps its last state and retries)."""
+
+
+class StoreAuthError(StoreUnavailable):
+    """The store refused our credentials, or wants some (a configuration error, not an outage)."""
 
 
 class RevisionCompacted(StoreUnavailable):
@@ -74,14 +83,16 @@ class Store(ABC):
         return items.get(key)
 
 
-def open_store(url: str) -> Store:
-    """A store from its URL: sqlite:///path.db or etcd://host:port."""
+def open_store(url: str, env: Mapping[str, str] | None = None) -> Store:
+    """A store from its URL: sqlite:///path.db, etcd://[user@]host:port or etcds://...
+
+    env (default os.environ) supplies the etcd password and TLS files (see the module doc)."""
     if url.startswith("sqlite://"):
         from crosszone.store.sqlite_store import SqliteStore
 
         return SqliteStore(url.removeprefix("sqlite://"))
-    if url.startswith("etcd://"):
-        from crosszone.store.etcd_store import EtcdStore
+    if url.startswith(("etcd://", "etcds://")):
+        from crosszone.store.etcd_store import etcd_from_url
 
-        return EtcdStore("http://" + url.removeprefix("etcd://"))
+        return etcd_from_url(url, os.environ if env is None else env)
     raise ValueError(f"unknown store URL {url!r} (sqlite:///path.db or etcd://host:port)")

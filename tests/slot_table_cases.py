@@ -198,3 +198,37 @@ def test_bad_input_is_refused(gateway_maps) -> None:
 def test_a_table_of_another_shape_is_refused(gateway_maps) -> None:
     with pytest.raises(BpfError, match="expected 32"):
         SlotMap(ROUTES6, gateway_maps.maps["route4_slots"])
+
+
+def test_a_deleted_slot_is_reused_only_after_a_grace_period(gateway_maps) -> None:
+    """A packet that matched a key just before its delete may still read the slot's value word:
+    the slot must not take another key's value until a grace period has passed (issue 12,
+    finding 14). Inserting into an empty slot, or replacing a value, needs none."""
+    from crosszone.fastpath.grace import Grace
+
+    grace = Grace(sync=lambda: None, background=False)
+    m = SlotMap(ROUTES4, gateway_maps.maps["routes4"].table, grace)
+    _clear(m)
+    grace.covered = grace.marked  # no previous writer's tombstones (the table is clear)
+    k1, k2 = _COLLIDE4[:1], _COLLIDE4[1:2]
+    home = int(ROUTES4.home(ROUTES4.pack(k1))[0])
+    m.update_batch(k1.tobytes(), _route_values(1, group=1))
+    m.update_batch(k1.tobytes(), _route_values(1, group=2))     # a replace: one value store
+    assert grace.periods == 0
+    m.delete_batch(k1.tobytes())
+    s = m.slots()
+    during: list[int] = []
+    grace._sync = lambda: during.append(int(s[home, 0]))
+    m.update_batch(k2.tobytes(), _route_values(1, group=3))     # takes k1's slot back
+    assert during == [int(DELETED)], "the grace period must run before the slot is reused"
+    assert m.lookup(k2.tobytes()) == _route_values(1, group=3)
+    assert int(s[home, 0]) != int(DELETED) and grace.waits == 1
+    m.update_batch(_COLLIDE4[2:3].tobytes(), _route_values(1))   # an empty slot: no wait
+    assert grace.waits == 1
+    # a new writer does not know when its predecessor deleted: it owes one grace period
+    m.delete_batch(k2.tobytes())
+    fresh = Grace(sync=lambda: None, background=False)
+    m2 = SlotMap(ROUTES4, gateway_maps.maps["routes4"].table, fresh)
+    m2.update_batch(k2.tobytes(), _route_values(1))
+    assert fresh.waits == 1
+    _clear(m)

@@ -33,6 +33,7 @@ from slot_table_cases import (  # noqa: F401  (collected by pytest as this modul
     _random,
     _reachable,
     _route_values,
+    test_a_deleted_slot_is_reused_only_after_a_grace_period,
     test_a_key_with_no_free_slot_is_refused_and_nothing_is_written,
     test_a_table_of_another_shape_is_refused,
     test_bad_input_is_refused,

@@ -116,3 +116,97 @@ def test_a_change_applied_batch_by_batch_never_loses_a_live_route(seed: int) -> 
     for name in ("routes4", "routes6", "hosts", "vtep_allowed"):
         assert have[name] == b.entries[name], name  # and nothing stale is left
     maps.close()
+
+
+# -- double-buffered records (issue 12, finding 14) -------------------------------------------
+
+
+class _Watched:
+    """A fake copies array that records, for every write, the index and the selector then."""
+
+    def __init__(self, inner, sel) -> None:
+        self.inner, self.sel, self.writes = inner, sel, []
+        for attr in ("name", "value_size", "value_stride", "max_entries", "lookup", "dump"):
+            setattr(self, attr, getattr(inner, attr))
+
+    def update_batch(self, keys: bytes, values: bytes) -> int:
+        for i in range(0, len(keys), 4):
+            idx = int.from_bytes(keys[i:i + 4], "little")
+            live = int.from_bytes(self.sel.lookup(u32(idx // 2)), "little")
+            self.writes.append((idx, live))
+        return self.inner.update_batch(keys, values)
+
+
+def _records(sync=lambda: None):
+    from crosszone.fastpath.grace import Grace
+    from crosszone.fastpath.record_table import RecordMap
+    from crosszone.fastpath.testing.fake_maps import fake_maps
+
+    maps = fake_maps(OBJ)
+    grace = Grace(sync=sync, background=False)
+    copies = _Watched(maps["vpcs"], maps["vpcs_sel"])
+    return RecordMap("vpcs", copies, maps["vpcs_sel"], grace), copies, grace
+
+
+def test_a_record_put_never_writes_the_live_copy_and_flips_the_selector_after() -> None:
+    rec, copies, _ = _records()
+    size = rec.value_size
+    for n in range(6):
+        rec.update(u32(7), bytes([n]) * size)
+        assert rec.lookup(u32(7)) == bytes([n]) * size
+    # copies of record 7 are indexes 14 and 15; each write went to the one not live then
+    assert [i for i, _ in copies.writes] == [15, 14, 15, 14, 15, 14]
+    assert all(i - 14 != live for i, live in copies.writes)
+    # the copy no longer live still holds the previous value (packets may be reading it)
+    assert copies.inner.lookup(u32(15)) == bytes([4]) * size
+
+
+def test_a_copy_that_was_live_is_rewritten_only_after_a_grace_period() -> None:
+    states = []
+    rec, copies, grace = _records()
+    grace._sync = lambda: states.append(rec.lookup(u32(3)))
+    size = rec.value_size
+    rec.update(u32(3), b"a" * size)      # generation 0 (a previous writer) is owed first
+    assert grace.periods == 1
+    rec.update(u32(9), b"x" * size)      # another record: no wait for record 3's flip
+    assert grace.periods == 1
+    rec.update(u32(3), b"b" * size)      # copy 0 of record 3 was live until the last flip
+    assert grace.periods == 2 and grace.waits == 2
+    assert states[-1] == b"a" * size     # the period ran before copy 0 was touched
+    rec.update_batch(u32(3) + u32(3), b"c" * size + b"d" * size)   # the last one wins
+    assert rec.lookup(u32(3)) == b"d" * size
+
+
+def test_records_read_back_through_the_sink_as_their_live_copies() -> None:
+    from crosszone.fastpath.grace import Grace
+    from crosszone.fastpath.maps_io import GatewayMaps
+    from crosszone.fastpath.testing.fake_maps import fake_maps
+
+    gm = GatewayMaps(fake_maps(OBJ), grace=Grace(sync=lambda: None, background=False))
+    t = bind_ports(compile_tables(load_cluster(CLUSTER), "gw-a"), IFX)
+    want = encode_tables(t)
+    sink = MapSink(gm)
+    program(sink, want)
+    program(sink, want)  # nothing changes: nothing written, the same copies stay live
+    assert same(held(sink, want), want)
+    for name in ("config", "ports", "vpcs", "ecmp_groups", "nexthops"):
+        assert type(gm.maps[name]).__name__ == "RecordMap", name
+        keys, values, n = gm.maps[name].dump()
+        assert n == gm.maps[name].max_entries
+    with pytest.raises(Exception, match="E2BIG|past"):
+        gm.maps["vpcs"].update(u32(gm.maps["vpcs"].max_entries), bytes(gm.maps["vpcs"].value_size))
+    with pytest.raises(Exception, match="array"):
+        gm.maps["vpcs"].delete(u32(0))
+
+
+def test_the_map_writers_refuse_a_cpu_that_may_reorder_stores(monkeypatch) -> None:
+    import platform
+
+    from crosszone.fastpath.libbpf_abi import BpfError
+    from crosszone.fastpath.testing.fake_maps import fake_maps
+
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    from crosszone.fastpath.maps_io import GatewayMaps
+
+    with pytest.raises(BpfError, match="x86-64 store order"):
+        GatewayMaps(fake_maps(OBJ))

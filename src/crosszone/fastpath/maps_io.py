@@ -2,7 +2,8 @@
 
 `GatewayMaps` wraps the BPF maps of one gateway object so that everything above names entries
 the way `compile.encode` encodes them: the slot tables appear as the logical maps they hold
-(`slot_table.SlotMap`), an LPM-trie baseline object's route tries as routes4/routes6
+(`slot_table.SlotMap`), the double-buffered records as the arrays they stand for
+(`record_table.RecordMap`), an LPM-trie baseline object's route tries as routes4/routes6
 (`LpmRouteMap`). Writing is not done here: every writer programs through `fastpath.sink`
 (compile -> encode -> diff -> sink, one write order). The maps may be real (`BpfMap`) or the
 pure-Python stand-ins of `fastpath.testing.fake_maps`.
@@ -18,7 +19,9 @@ from typing import Any
 from crosszone.abi import layout as L
 from crosszone.abi.reasons import Reason
 from crosszone.compile import encode as enc
+from crosszone.fastpath.grace import Grace
 from crosszone.fastpath.libbpf import BpfError, BpfMap, BpfObject
+from crosszone.fastpath.record_table import wrap_records
 from crosszone.fastpath.slot_table import SlotMap, wrap
 
 
@@ -83,8 +86,8 @@ class GatewayMaps:
     encoder, the diff and the sink name them. Writing goes through `fastpath.sink` (the one
     programming path); this class reads counters and traces back."""
 
-    def __init__(self, maps: Mapping[str, Any]) -> None:
-        self.maps: dict[str, Any] = wrap(dict(maps))
+    def __init__(self, maps: Mapping[str, Any], grace: Grace | None = None) -> None:
+        self.maps: dict[str, Any] = wrap_records(wrap(dict(maps), grace), grace)
         self.lpm = "routes4_lpm" in self.maps
         for fam in (4, 6):
             if (trie := f"routes{fam}_lpm") in self.maps:

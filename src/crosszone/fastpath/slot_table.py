@@ -11,8 +11,14 @@ over the map's memory, mapped into this process:
 - a put writes the value words of a slot first and its key word last, each an aligned 8-byte
   store, so the fast path sees either no key or the key with its whole value; a put of an
   existing key rewrites just its value word (one store);
-- a delete turns the key word into `DELETED`: lookups walk past it, later puts reuse it, and no
-  other key's probe sequence is ever cut while packets are in flight.
+- a delete turns the key word into `DELETED`: lookups walk past it, and no other key's probe
+  sequence is ever cut while packets are in flight. A put reuses a deleted slot only after an
+  RCU grace period since the delete (`grace.Grace`, usually over in the background by then): a
+  packet that matched the old key just before the delete may still read that slot's value
+  words, and must not find another key's value there.
+
+Store order: value words before the key word is the order other CPUs see on x86-64 (TSO);
+Python cannot emit a fence, so other architectures are refused (`grace.require_tso`).
 
 The table itself is the only state (no index in Python), so any number of `SlotMap`s over the
 same pinned map agree, and an agent that restarts reads what is there. One writer at a time.
@@ -29,6 +35,7 @@ import numpy as np
 
 from crosszone.abi import layout as L
 from crosszone.compile import encode as enc
+from crosszone.fastpath.grace import Grace, map_identity, process_grace, require_tso
 from crosszone.fastpath.libbpf_abi import BpfError
 
 EMPTY = np.uint64(0)
@@ -151,7 +158,8 @@ def _records(data: bytes | Sequence[bytes], dtype: np.dtype, what: str) -> np.nd
 class SlotMap:
     """A logical exact-match map (BpfMap-like) stored in a slot table."""
 
-    def __init__(self, kind: Kind, table: ArrayTable) -> None:
+    def __init__(self, kind: Kind, table: ArrayTable, grace: Grace | None = None) -> None:
+        require_tso(table.name)
         want = (kind.words * 8, kind.slots + L.CZ_SLOT_PROBES)
         if (table.value_size, table.max_entries) != want:
             raise BpfError(errno.EINVAL, "slot table", table.name,
@@ -159,6 +167,8 @@ class SlotMap:
                            f"expected {want[0]} / {want[1]}")
         self.kind = kind
         self.table = table
+        self.grace = grace if grace is not None else process_grace()
+        self._ident = map_identity(table)
         self.name = kind.name
         self.key_size = kind.key.itemsize
         self.value_size = self.value_stride = kind.value.itemsize
@@ -275,6 +285,9 @@ class SlotMap:
                            f"{self.kind.capacity}")
         s[at[old], -1] = vw[old]              # replace: one value store each
         free = self._place(s, packed[new])
+        if len(free) and bool((s[free, 0] == DELETED).any()):
+            # reusing deleted slots: packets that found their old keys must be done with them
+            self.grace.wait_for(self.grace.deletes.get(self._ident, 0))
         last_col = packed.shape[1]
         if last_col > 1:
             s[free, 1:last_col] = packed[new, 1:]
@@ -296,6 +309,8 @@ class SlotMap:
         at = self._find(s, self.kind.pack(k))
         at = np.unique(at[at >= 0])
         s[at, 0] = DELETED
+        if len(at):
+            self.grace.deletes[self._ident] = self.grace.mark()
         if self._live is not None:
             self._live -= len(at)
         return len(at)
@@ -330,10 +345,10 @@ class SlotMap:
         return rows - self.kind.home(packed)  # type: ignore[no-any-return]
 
 
-def wrap(maps: Mapping[str, Any]) -> dict[str, Any]:
+def wrap(maps: Mapping[str, Any], grace: Grace | None = None) -> dict[str, Any]:
     """maps with each slot table also reachable as the logical map it holds."""
     out: dict[str, Any] = dict(maps)
     for kind in KINDS:
         if kind.table in maps:
-            out[kind.name] = SlotMap(kind, maps[kind.table])
+            out[kind.name] = SlotMap(kind, maps[kind.table], grace)
     return out

@@ -16,11 +16,11 @@ struct cz_egress {
 /* Returns 0 and fills *out, or -1 when the group, next hop or port is missing. */
 static __always_inline int cz_ecmp_pick(__u32 group, __u32 hash, struct cz_egress *out)
 {
-	struct cz_group *g = bpf_map_lookup_elem(&ecmp_groups, &group);
+	struct cz_group *g = CZ_RECORD(ecmp_groups, group);
 	if (!g || !g->n_members)
 		return -1;
 	__u32 nh_id = g->buckets[hash & (CZ_ECMP_BUCKETS - 1)];
-	struct cz_nexthop *nh = bpf_map_lookup_elem(&nexthops, &nh_id);
+	struct cz_nexthop *nh = CZ_RECORD(nexthops, nh_id);
 	if (!nh)
 		return -1;
 	if (!nh->ifindex)

@@ -1,6 +1,14 @@
 /* Every map of the gateway program, one line each on what it holds. Python opens them by name
  * (crosszone/fastpath/maps_io.py); the hashes are not preallocated so that memory follows use,
- * the slot tables are sized at compile time (limits.h). */
+ * the slot tables are sized at compile time (limits.h).
+ *
+ * Records of more than one word (config, ports, vpcs, ecmp_groups, nexthops) are double-buffered:
+ * record i has two copies, at 2i and 2i + 1, and <map>_sel[i] (0 or 1) names the live one. The
+ * kernel rewrites an ARRAY value with a plain memcpy under running programs, so a record written
+ * in place could be read half old, half new. The writer (crosszone/fastpath/record_table.py)
+ * writes only the copy that is not live, and only after an RCU grace period has passed since it
+ * was last live (every XDP run is inside an RCU read-side section), then flips the selector: a
+ * packet reads one whole copy. docs/architecture.md, "What a packet sees during a change". */
 #ifndef CZ_MAPS_H
 #define CZ_MAPS_H
 
@@ -12,18 +20,34 @@
 /* The gateway itself: anycast VTEP, flags, compute-facing port. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);          /* two copies per record */
 	__type(key, __u32);
 	__type(value, struct cz_config);
 } config SEC(".maps");
 
+/* config index -> its live copy (0 or 1). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} config_sel SEC(".maps");
+
 /* Port index -> ifindex and MACs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * CZ_MAX_PORTS);     /* two copies per record */
+	__type(key, __u32);
+	__type(value, struct cz_port);
+} ports SEC(".maps");
+
+/* ports index -> its live copy (0 or 1). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, CZ_MAX_PORTS);
 	__type(key, __u32);
-	__type(value, struct cz_port);
-} ports SEC(".maps");
+	__type(value, __u32);
+} ports_sel SEC(".maps");
 
 /* Port index -> ifindex, for bpf_redirect_map. */
 struct {
@@ -36,10 +60,18 @@ struct {
 /* VPC id -> VPC (translation, prefix lengths in use). An array: its lookup is inlined. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, CZ_MAX_VPCS);
+	__uint(max_entries, 2 * CZ_MAX_VPCS);     /* two copies per record */
 	__type(key, __u32);
 	__type(value, struct cz_vpc);
 } vpcs SEC(".maps");
+
+/* vpcs index -> its live copy (0 or 1). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CZ_MAX_VPCS);
+	__type(key, __u32);
+	__type(value, __u32);
+} vpcs_sel SEC(".maps");
 
 /* (VNI, outer source) -> VPC id: the anti-spoofing set and the VNI lookup in one slot-table probe
  * (slots.h; mmapable so the control plane writes each slot with aligned 8-byte stores). */
@@ -85,18 +117,34 @@ struct {
 /* ECMP group -> bucket table. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, CZ_MAX_GROUPS);
+	__uint(max_entries, 2 * CZ_MAX_GROUPS);     /* two copies per record */
 	__type(key, __u32);
 	__type(value, struct cz_group);
 } ecmp_groups SEC(".maps");
 
+/* ecmp_groups index -> its live copy (0 or 1). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CZ_MAX_GROUPS);
+	__type(key, __u32);
+	__type(value, __u32);
+} ecmp_groups_sel SEC(".maps");
+
 /* Next hop id -> port and MAC. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * CZ_MAX_NEXTHOPS);     /* two copies per record */
+	__type(key, __u32);
+	__type(value, struct cz_nexthop);
+} nexthops SEC(".maps");
+
+/* nexthops index -> its live copy (0 or 1). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, CZ_MAX_NEXTHOPS);
 	__type(key, __u32);
-	__type(value, struct cz_nexthop);
-} nexthops SEC(".maps");
+	__type(value, __u32);
+} nexthops_sel SEC(".maps");
 
 /* Storage-facing IPv4 prefix -> VPC (replies from the storage zone). */
 struct {
@@ -148,5 +196,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct cz_trace);
 } trace SEC(".maps");
+
+/* The live copy of double-buffered record `index` of map (NULL past the end). The selector is
+ * loaded once; the copy's address depends on it, so no load of the copy can move before it. */
+#define CZ_RECORD(map, index) ({                                                   \
+		__u32 _ri = (index);                                                \
+		__u32 *_rs = bpf_map_lookup_elem(&map##_sel, &_ri);                \
+		__u32 _rc = _rs ? 2 * _ri + (*(volatile __u32 *)_rs & 1) : ~0u;    \
+		bpf_map_lookup_elem(&map, &_rc);                                    \
+	})
 
 #endif

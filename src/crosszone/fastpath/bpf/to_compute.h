@@ -89,7 +89,7 @@ static __always_inline struct cz_port *cz_reply_port(struct xdp_md *ctx, const s
 						     struct cz_verdict *v)
 {
 	__u32 port_id = cfg->compute_port;
-	struct cz_port *port = bpf_map_lookup_elem(&ports, &port_id);
+	struct cz_port *port = CZ_RECORD(ports, port_id);
 
 	if (!port || !port->ifindex) {
 		cz_set(v, XDP_DROP, CZ_R_DROP_NO_NEXTHOP);

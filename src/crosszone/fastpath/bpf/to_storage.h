@@ -241,7 +241,7 @@ static __always_inline void cz_from_compute(struct xdp_md *ctx, __u32 l3_off,
 		v->vpc_id = *known;
 		CZ_DROP(v, CZ_R_DROP_VTEP_NOT_ALLOWED);
 	}
-	struct cz_vpc *vpc = bpf_map_lookup_elem(&vpcs, &vpc_id);
+	struct cz_vpc *vpc = CZ_RECORD(vpcs, vpc_id);
 	if (!vpc)
 		CZ_DROP(v, CZ_R_DROP_UNKNOWN_VNI);
 	v->vpc_id = vpc->vpc_id;

@@ -111,7 +111,7 @@ int cz_gateway(struct xdp_md *ctx)
 	};
 	__u32 zero = 0;
 	v.in_len = bpf_xdp_get_buff_len(ctx);
-	struct cz_config *cfg = bpf_map_lookup_elem(&config, &zero);
+	struct cz_config *cfg = CZ_RECORD(config, zero);
 
 #ifdef CZ_BENCH
 	struct cz_bench_save *bench = cz_bench_enter(ctx, cz_bench_slot());

@@ -53,6 +53,7 @@ from crosszone.fastpath.maps_io import GatewayMaps
 from crosszone.fastpath.sink import program
 
 LOOPBACK = 1  # test runs claim frames arrive on lo; the port is lo too, so forwarding is XDP_TX
+COMPUTE_IFINDEX_OFFSET = 1000  # a distinct ifindex for the compute port; its devmap slot is lo
 LIVE_BATCH = 64  # frames per live-frames batch (the kernel's default)
 #: (mode label, object name suffix, live frames): live frames first, the headline figures.
 MODES = (("live_frames", "_live", True), ("test_run_restore_harness", "", False))
@@ -130,8 +131,10 @@ def route_arrays6(total: int) -> RouteArrays:
 
 
 def bench_tables(ifindex: int) -> Tables:
-    """One VPC, one port (the ingress device, so forwarding is XDP_TX like the floor)."""
-    port = Port(0, "bench0", "compute", MAC_A, MAC_B, ifindex)
+    """One VPC; storage port = the ingress device, so decap is XDP_TX like the floor. A reply may
+    not arrive on the compute port, so that one has its own (unused) ifindex: replies redirect."""
+    port = Port(0, "bench0", "storage", MAC_A, MAC_B, ifindex)
+    compute = Port(1, "bench1", "compute", MAC_A, MAC_B, ifindex + COMPUTE_IFINDEX_OFFSET)
     vpc = Vpc(
         0,
         VNI,
@@ -150,8 +153,8 @@ def bench_tables(ifindex: int) -> Tables:
     )
     return Tables(
         vtep=ipaddress.IPv4Address(GW_VTEP),
-        compute_port=0,
-        ports=(port,),
+        compute_port=1,
+        ports=(port, compute),
         vpcs=(vpc,),
         vteps=frozenset({(VNI, ipaddress.IPv4Address(HOST_VTEP))}),
         routes=(),
@@ -234,7 +237,8 @@ def load_gateway(
     """Load a gateway object and program the bench tables (+ bulk routes, + hosts)."""
     obj = BpfObject.open(BUILD / obj_name)
     maps = GatewayMaps.of(obj)
-    entries = encode_tables(tables, [routes] if routes is not None else [])
+    entries = encode_tables(tables, [routes] if routes is not None else [],
+                            devmap_ifindex=lambda p: LOOPBACK)
     if hosts:
         entries["hosts"].update(encode_hosts([
             HostEntry(

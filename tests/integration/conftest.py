@@ -1,8 +1,9 @@
 """Fixtures for the emulator's integration tests: a small deployment and traffic probes.
 
 Each test module brings up its own deployment (module scope) and takes it down in `finally`,
-even when the module fails. `fastpath_ready` says whether `crosszone fastpath attach` exists;
-until it does, scenarios run on the legacy gateways only.
+even when the module fails. Every traffic scenario runs through each gateway kind it names; a
+kind that cannot carry traffic fails the test (emulate_helpers.require), it is never replaced by
+another kind.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from crosszone.emulate import crosszone_gateway as xgw
 from crosszone.emulate import deploy, topology
 from crosszone.linux import netns
 
@@ -37,9 +37,3 @@ def deployment() -> Iterator[deploy.Deployment]:
         yield dep
     finally:
         deploy.down(netns.Executor(), log=lambda m: print(f"[down] {m}"))
-
-
-@pytest.fixture(scope="session")
-def fastpath_ready() -> bool:
-    """True when the crosszone fast path can be attached."""
-    return xgw.fastpath_available()

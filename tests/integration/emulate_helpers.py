@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from crosszone.emulate import deploy, topology
 from crosszone.emulate import state as st
 
@@ -18,6 +20,12 @@ def kinds(dep: deploy.Deployment) -> list[str]:
     if state and any(state.fastpath.values()):
         out.append("crosszone")
     return out
+
+
+def require(dep: deploy.Deployment, kind: str) -> None:
+    """Fail (never skip, never fall back to another kind) when `kind` cannot carry traffic."""
+    if kind not in kinds(dep):
+        pytest.fail(f"{kind} gateways cannot carry traffic here (fast path not attached?)")
 
 
 def sh(*argv: str, check: bool = True, timeout: float = 60) -> str:

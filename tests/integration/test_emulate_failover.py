@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from emulate_helpers import kinds, probe_result, sh, start_probe
+from emulate_helpers import probe_result, require, sh, start_probe
 
 from crosszone.emulate import crosszone_gateway as xgw
 from crosszone.emulate import deploy
@@ -82,8 +82,7 @@ def dep(deployment: deploy.Deployment) -> Iterator[deploy.Deployment]:
 @pytest.mark.parametrize("kind", ["legacy", "crosszone"])
 def test_link_down_failover(dep: deploy.Deployment, kind: str) -> None:
     """Both links of one gateway go down; the other gateway of its kind carries on."""
-    if kind not in kinds(dep):
-        pytest.fail(f"{kind} gateways cannot carry traffic: the fast path is not attached")
+    require(dep, kind)
     gw = dep.plan.gateways_of(kind)[0]  # type: ignore[arg-type]
     down = [["ip", "-n", gw.ns, "link", "set", dev, "down"] for dev in ("c0", "s0")]
     up = [["ip", "-n", gw.ns, "link", "set", dev, "up"] for dev in ("c0", "s0")]
@@ -99,8 +98,7 @@ def test_one_link_down_withdraws_the_other_side(dep: deploy.Deployment, kind: st
     """One link of a gateway goes down (compute side c0 or storage side s0): the router on the
     dead link drops it at once, and the gateway withdraws what it announces to the other router,
     so no request and no reply is sent into it; traffic carries on through the other gateway."""
-    if kind not in kinds(dep):
-        pytest.fail(f"{kind} gateways cannot carry traffic: the fast path is not attached")
+    require(dep, kind)
     gw = dep.plan.gateways_of(kind)[0]  # type: ignore[arg-type]
     others = {f"g{g.index}" for g in dep.announced(kind, st.load()) if g is not gw}
     seen: dict[str, set[str]] = {}
@@ -119,8 +117,7 @@ def test_one_link_down_withdraws_the_other_side(dep: deploy.Deployment, kind: st
 @pytest.mark.parametrize("kind", ["legacy", "crosszone"])
 def test_silent_failure_failover(dep: deploy.Deployment, kind: str, drop_all_obj: Path) -> None:
     """A drop-all XDP program on one gateway's ports: BFD detects it, traffic moves over."""
-    if kind not in kinds(dep):
-        pytest.fail(f"{kind} gateways cannot carry traffic: the fast path is not attached")
+    require(dep, kind)
     gw = dep.plan.gateways_of(kind)[0]  # type: ignore[arg-type]
     # -force: on a crosszone gateway this replaces the fast path, which is the failure we want.
     fail = [["ip", "-n", gw.ns, "-force", "link", "set", "dev", dev, "xdp", "obj",

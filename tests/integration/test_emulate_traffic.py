@@ -1,7 +1,7 @@
 """Traffic through the emulated deployment: both directions, overlapping VPCs, ECMP, parallel sets.
 
-Scenarios run on every gateway kind that can carry traffic (legacy always; crosszone once
-`crosszone fastpath attach` exists).
+Every scenario runs through both gateway kinds (the deployment's switch selects them); a kind
+that cannot carry traffic fails the scenario, it never falls back to the other kind.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import time
 import pytest
 from emulate_helpers import (
     c0_rx_packets,
-    kinds,
     probe_result,
     py_in,
+    require,
     start_probe,
     start_udp_probe,
     udp_probe_result,
@@ -67,8 +67,7 @@ def test_both_directions_and_translation(deployment: deploy.Deployment, kind: st
                                          family: int) -> None:
     """Every endpoint of both VPCs connects to storage over IPv4 and IPv6; storage sees the
     storage-facing source and its reply comes back (the payload carries what storage saw)."""
-    if kind not in kinds(deployment):
-        pytest.fail(f"{kind} gateways cannot carry traffic: the fast path is not attached")
+    require(deployment, kind)
     if family == 6 and not deployment.plan.ipv6:
         pytest.fail("the test topology must have IPv6 in its VPCs")
     deployment.switch(kind)  # type: ignore[arg-type]
@@ -86,40 +85,57 @@ def test_both_directions_and_translation(deployment: deploy.Deployment, kind: st
     deployment.switch("legacy")
 
 
-def test_overlapping_vpcs_never_reach_each_other(deployment: deploy.Deployment) -> None:
-    """VPC A cannot reach VPC B's endpoint, neither by its storage-facing address nor inside."""
-    a = next(e for e in deployment.plan.endpoints if e.vpc.name == "a")
-    b = next(e for e in deployment.plan.endpoints if e.vpc.name == "b" and e.host == a.host)
-    assert a.addr == b.addr  # the overlap this deployment always exercises
-    server = subprocess.Popen(["ip", "netns", "exec", b.ns, sys.executable, "-c",
-                               ACCEPT_ONE.format(addr="0.0.0.0").replace("settimeout(10)",
-                                                                         "settimeout(4)")],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.3)
-    for target in (_facing(b), "192.168.255.1"):
-        res = subprocess.run(["ip", "netns", "exec", a.ns, sys.executable, "-c",
-                              CONNECT.format(addr=target).replace("timeout=5", "timeout=2")],
-                             capture_output=True, text=True, timeout=30, check=False)
-        assert res.returncode != 0, f"VPC A reached {target}: {res.stdout}"
-    out, _ = server.communicate(timeout=15)
-    assert out.strip() == "", f"VPC B endpoint was reached from {out.strip()}"
-
-
-def test_ecmp_spreads_flows_over_gateways(deployment: deploy.Deployment) -> None:
-    """Many short connections from several endpoints land on every announcing gateway."""
-    for kind in kinds(deployment):
-        deployment.switch(kind)  # type: ignore[arg-type]
+@pytest.mark.parametrize("kind", ["legacy", "crosszone"])
+def test_overlapping_vpcs_never_reach_each_other(deployment: deploy.Deployment,
+                                                 kind: str) -> None:
+    """Through each kind's gateways: VPC A cannot reach VPC B's endpoint, neither by B's
+    storage-facing address nor inside, while A's own traffic to storage does get through."""
+    require(deployment, kind)
+    deployment.switch(kind)  # type: ignore[arg-type]
+    try:
+        a = next(e for e in deployment.plan.endpoints if e.vpc.name == "a")
+        b = next(e for e in deployment.plan.endpoints if e.vpc.name == "b" and e.host == a.host)
+        assert a.addr == b.addr  # the overlap this deployment always exercises
         gws = deployment.plan.gateways_of(kind)  # type: ignore[arg-type]
-        before = {g.name: c0_rx_packets(g) for g in gws}
-        probes = [start_probe(ep.ns, deployment.plan.storage_nodes[0].addr, 3.0, 0.02)
-                  for ep in deployment.plan.endpoints]
-        results = [probe_result(p) for p in probes]
-        assert all(r["fail"] == 0 for r in results), results
-        delta = {g.name: c0_rx_packets(g) - before[g.name] for g in gws}
-        total = sum(delta.values())
-        print(f"{kind}: packets per gateway {delta}")
-        for name, n in delta.items():
-            assert n > 0.15 * total, f"{kind}: gateway {name} got {n} of {total} packets"
+        before = sum(c0_rx_packets(g) for g in gws)
+        server = subprocess.Popen(["ip", "netns", "exec", b.ns, sys.executable, "-c",
+                                   ACCEPT_ONE.format(addr="0.0.0.0").replace("settimeout(10)",
+                                                                             "settimeout(4)")],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.3)
+        for target in (_facing(b), "192.168.255.1"):
+            res = subprocess.run(["ip", "netns", "exec", a.ns, sys.executable, "-c",
+                                  CONNECT.format(addr=target).replace("timeout=5", "timeout=2")],
+                                 capture_output=True, text=True, timeout=30, check=False)
+            assert res.returncode != 0, f"{kind}: VPC A reached {target}: {res.stdout}"
+        out, _ = server.communicate(timeout=15)
+        assert out.strip() == "", f"{kind}: VPC B endpoint was reached from {out.strip()}"
+        # The attempts went to this kind's gateways (not lost before them), and the same path
+        # carries A's legitimate traffic.
+        assert sum(c0_rx_packets(g) for g in gws) > before, f"{kind}: no packet reached them"
+        node = deployment.plan.storage_nodes[0]
+        ok = probe_result(start_probe(a.ns, node.addr, 1.0, 0.05))
+        assert ok["ok"] > 0 and ok["fail"] == 0, f"{kind}: VPC A cannot reach storage: {ok}"
+    finally:
+        deployment.switch("legacy")
+
+
+@pytest.mark.parametrize("kind", ["legacy", "crosszone"])
+def test_ecmp_spreads_flows_over_gateways(deployment: deploy.Deployment, kind: str) -> None:
+    """Many short connections from several endpoints land on every gateway of the kind."""
+    require(deployment, kind)
+    deployment.switch(kind)  # type: ignore[arg-type]
+    gws = deployment.plan.gateways_of(kind)  # type: ignore[arg-type]
+    before = {g.name: c0_rx_packets(g) for g in gws}
+    probes = [start_probe(ep.ns, deployment.plan.storage_nodes[0].addr, 3.0, 0.02)
+              for ep in deployment.plan.endpoints]
+    results = [probe_result(p) for p in probes]
+    assert all(r["fail"] == 0 for r in results), results
+    delta = {g.name: c0_rx_packets(g) - before[g.name] for g in gws}
+    total = sum(delta.values())
+    print(f"{kind}: packets per gateway {delta}")
+    for name, n in delta.items():
+        assert n > 0.15 * total, f"{kind}: gateway {name} got {n} of {total} packets"
     deployment.switch("legacy")
 
 
@@ -134,7 +150,8 @@ def test_legacy_and_crosszone_in_parallel_without_loss(deployment: deploy.Deploy
     they drop nothing. The probe still does not run during the workload: an XDP redirect into a
     full veth ring has no such backpressure, a rare congestion loss TCP repairs and that says
     nothing about the switches."""
-    target = "crosszone" if "crosszone" in kinds(deployment) else "legacy"
+    require(deployment, "crosszone")  # "both" without crosszone would be legacy alone
+    target = "crosszone"
     deployment.switch("legacy")
     probe = start_udp_probe(deployment, 0, duration=3.0)
     time.sleep(0.5)
@@ -163,7 +180,7 @@ def test_switch_is_lossless(deployment: deploy.Deployment, family: int) -> None:
     if family == 6 and not deployment.plan.ipv6:
         pytest.fail("the test topology must have IPv6 in its VPCs")
     sets = ["both", "crosszone", "legacy", "crosszone", "legacy"]
-    assert "crosszone" in kinds(deployment), "the crosszone fast path is not attached"
+    require(deployment, "crosszone")
     deployment.switch("legacy")
     probe = start_udp_probe(deployment, 1, duration=2.0 + 1.5 * len(sets), family=family)
     time.sleep(1.0)

@@ -85,7 +85,8 @@ def test_wrong_typed_objects_are_rejected_one_revision_each(setup, caplog) -> No
     assert _snapshot(sink.entries) == before
     assert agent.metrics.rejected_by_stage.labels("validate")._value.get() == len(BAD_CORES) + 2
     assert sum("rejected" in r.getMessage() for r in caplog.records) == len(BAD_CORES) + 2
-    # the status in the store says so
+    # the status in the store says so, once the agent has nothing more to do
+    assert agent.step(0) is None
     status = json.loads(store.get(STATUS + "gw-a") or b"{}")
     assert status["health"] == "rejecting" and status["revision"] == good
     # a good revision repairs every object and applies
@@ -182,10 +183,27 @@ def test_idle_agent_writes_status_only_as_a_heartbeat(setup) -> None:
         clock.t += 1.0
     added = store.log_rows() - rows
     assert added <= 300 / agent.status_every + 1, added
-    # a change is reported at once, not at the next heartbeat
+    # a change is reported as soon as the agent is idle, not at the next heartbeat
     store.put(INTENT + CORE, b"[]")
     agent.step(0)
+    agent.step(0)
     assert json.loads(store.get(STATUS + "gw-a") or b"{}")["health"] == "rejecting"
+
+
+def test_no_status_commit_between_changes_that_stream_in(setup) -> None:
+    """While every watch brings a new revision, status waits (it would delay the next one)."""
+    store, _, agent, clock = setup
+    agent.status_busy_every = 5.0
+    agent.step(0)
+    rows = store.log_rows()
+    for i in range(20):
+        new = _with_extra_prefix(f"10.{90 + i}.0.0/24")
+        store.put_many({INTENT + k: v for k, v in new.items() if OBJS.get(k) != v})
+        assert agent.step(0) is not None
+        clock.t += 0.1
+    assert store.log_rows() - rows == 20 * 1  # only the changes themselves
+    agent.step(0)  # idle: now the status goes out
+    assert json.loads(store.get(STATUS + "gw-a") or b"{}")["revision"] == agent.rec.revision
 
 
 def test_sqlite_log_is_compacted_and_a_late_watcher_resyncs(tmp_path: Path) -> None:

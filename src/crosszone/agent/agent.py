@@ -97,6 +97,18 @@ class Agent:
                 ids = None  # a damaged state file: ids are re-derived, entries rewritten
         self.rec = Reconciler(gateway, sink, ifindex_of, ids=ids, now=now)
         self.started = False
+        # After a full load, work left for the first idle moment (see _warm_up).
+        self.warming = False
+
+    def _warm_up(self) -> None:
+        """What a full load leaves for later, done while nothing waits: the route tables'
+        lookup dicts (built lazily, 1.8 s at 1M routes, which the first one-route change paid
+        in `bench control`), then gc.freeze(): the millions of long-lived entries leave the
+        collector's generations, so no gen-2 collection walks them in the middle of a change.
+        Frozen objects are still freed by reference counting when a later load replaces them."""
+        self.rec.warm()
+        gc.freeze()
+        self.warming = False
 
     def _record(self, res: Applied) -> None:
         m = self.metrics
@@ -112,11 +124,7 @@ class Agent:
             m.applied_revision.set(self.rec.revision)
             self.health, self.message = "ok", ""
             if res.mode == "full":
-                # A full load leaves millions of long-lived objects (entries, chunks); without
-                # this, a later gen-2 collection walks them all in the middle of a one-route
-                # change (1.4 s once in `bench control` at 1M routes). Frozen objects are still
-                # freed by reference counting when the next full load replaces them.
-                gc.freeze()
+                self.warming = True
             if self.state_file is not None and self.rec.ids is not None:
                 self.state_file.parent.mkdir(parents=True, exist_ok=True)
                 tmp = self.state_file.with_suffix(".tmp")
@@ -196,6 +204,8 @@ class Agent:
         if res is not None:
             self._record(res)
         self.report(idle=not events)
+        if not events and self.warming:
+            self._warm_up()
         return res
 
     def status(self) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from crosszone.compile.diff import (
     count,
     diff_entries,
 )
+from crosszone.compile.encode import Records
 from crosszone.compile.gateway import Desired, Ids, compile_gateway, route_delta
 from crosszone.intent.errors import InvalidIntentError
 from crosszone.intent.prefixes import PrefixSet
@@ -195,6 +196,12 @@ class Reconciler:
         self.last_error = None
         n = count(ops)
         return Applied(revision, "full", n["put"], n["delete"], self.now() - t0)
+
+    def warm(self) -> None:
+        """Build the lookup dicts of bulk entries now, so the next delta does not pay for it."""
+        for m in self.entries.values():
+            if isinstance(m, Records):
+                m.dict  # noqa: B018  (the property builds and keeps it)
 
     def _chunks_of(self, objects: dict[str, bytes]) -> dict[str, PrefixSet]:
         """Parsed chunks of objects, reusing those that did not change."""

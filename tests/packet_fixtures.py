@@ -199,7 +199,7 @@ class Fixture:
     reason: Reason
     out: bytes | None = None  # None: the frame is unchanged (pass and drop)
     egress: str | None = None
-    ingress: str | None = None  # intent interface the frame arrives on (XDP_TX cases)
+    ingress: str | None = None  # intent interface the frame arrives on (XDP_TX, port checks)
     vpc: str | None = None
     tags: tuple[str, ...] = field(default_factory=tuple)
 

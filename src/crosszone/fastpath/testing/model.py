@@ -2,7 +2,8 @@
 
 `process(frame, tables, ingress_ifindex)` returns the verdict, the reason, the egress port and the
 output bytes that the kernel program must produce for the same tables. Each step names the C
-function it mirrors; the fixture and property tests run both and compare everything.
+function it mirrors; the fixture and property tests run both and compare everything. Checksum
+arithmetic, the L4 header and ICMP quotes (`csum.h`, `l4.h`) are in `model_l4.py`.
 """
 
 from __future__ import annotations

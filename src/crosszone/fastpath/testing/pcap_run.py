@@ -113,19 +113,18 @@ def run_pcap(
             for i, pkt in enumerate(reader):
                 frame = bytes(pkt)
                 res, reason = _verdict(frame, runner, bound)
-                fwd = res is not None and res.port is not None
-                if fwd:
-                    assert res is not None
+                port = res.port if res is not None else None
+                out_data = res.data if res is not None and port is not None else frame
+                if port is not None:
                     # The input's timestamp: an output pcap lines up with its input.
                     t = float(pkt.time)
-                    writer.write_packet(res.data, sec=int(t), usec=int((t % 1) * 1e6))
-                out_data = res.data if fwd and res is not None else frame
+                    writer.write_packet(out_data, sec=int(t), usec=int((t % 1) * 1e6))
                 rows.append(
                     {
                         "index": i,
                         "verdict": res.action.label if res else XdpAction.DROP.label,
                         "reason": reason,
-                        "egress": port_names.get(res.port) if fwd and res else None,
+                        "egress": port_names.get(port) if port is not None else None,
                         "len": len(out_data),
                         "summary": summary(out_data),
                     }

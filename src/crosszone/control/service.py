@@ -212,13 +212,16 @@ class Controller:
             raise InvalidIntentError(f"{routes4} IPv4 / {routes6} IPv6 routes; the tables hold "
                                      f"{layout.CZ_MAX_ROUTES4} / {layout.CZ_MAX_ROUTES6}",
                                      path="request", where="vpcs")
-        no4 = (np.zeros(0, np.uint32), np.zeros(0, np.uint8))
+        empty = PrefixSet.empty()
+
+        def reduced(name: str, ps: PrefixSet) -> PrefixSet:
+            four = plus if name == pool else empty
+            return PrefixSet(four.addr4, four.plen4, ps.hi6, ps.lo6, ps.plen6)
+
         small = cluster.model_copy(update={
             "hosts": [], "hosts_compact": HostSet.empty(),
-            "storage_pools": [p.model_copy(update={"prefixes": PrefixSet(
-                *((plus.addr4, plus.plen4) if p.name == pool else no4),
-                p.prefixes.hi6, p.prefixes.lo6, p.prefixes.plen6)})
-                for p in cluster.storage_pools]})
+            "storage_pools": [p.model_copy(update={"prefixes": reduced(p.name, p.prefixes)})
+                              for p in cluster.storage_pools]})
         try:
             check_cluster(small)
         except IntentProblem as problem:

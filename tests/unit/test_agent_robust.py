@@ -252,3 +252,18 @@ def test_first_idle_moment_after_a_full_load_warms_the_route_dicts(setup) -> Non
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_cluster_after_deltas_holds_the_new_prefixes() -> None:
+    """The delta path leaves the pools' prefixes to be rebuilt on demand; they are current."""
+    r, _, _ = _loaded_with(0)
+    new = _with_extra_prefix("10.99.0.0/24")
+    assert r.on_events(_events(2, OBJS, new)).mode == "delta"  # type: ignore[union-attr]
+    newer = _with_extra_prefix("10.98.0.0/24")
+    res = r.on_events(_events(3, new, {**new, **{k: v for k, v in newer.items()
+                                                 if k.startswith("pool/")}}))
+    assert res is not None and res.mode == "delta"
+    assert r.cluster is not None
+    pool = r.cluster.storage_pools[1]
+    have = {str(n) for n in pool.prefixes.networks()}
+    assert {"10.99.0.0/24", "10.98.0.0/24"} <= have

@@ -82,7 +82,8 @@ class Reconciler:
         self.now = now
         self.objects: dict[str, bytes] = {}
         self.chunks: dict[str, PrefixSet] = {}
-        self.cluster: Cluster | None = None
+        self._cluster: Cluster | None = None
+        self._stale: set[str] = set()  # pools whose prefixes in _cluster predate a delta
         self.desired: Desired | None = None
         self.revision = 0
         # The last revision looked at, applied or rejected, and the objects as of it: the agent
@@ -197,6 +198,20 @@ class Reconciler:
         n = count(ops)
         return Applied(revision, "full", n["put"], n["delete"], self.now() - t0)
 
+    @property
+    def cluster(self) -> Cluster | None:
+        """The cluster of the last applied revision (pools rebuilt from the chunks on demand:
+        the delta path needs only the VPCs, and concatenating a 250k-prefix pool after every
+        one-route change cost milliseconds of each change)."""
+        if self._stale and self._cluster is not None:
+            self._cluster = self._with_pools(self._cluster, self._stale)
+            self._stale = set()
+        return self._cluster
+
+    @cluster.setter
+    def cluster(self, c: Cluster | None) -> None:
+        self._cluster, self._stale = c, set()
+
     def warm(self) -> None:
         """Build the lookup dicts of bulk entries now, so the next delta does not pay for it."""
         for m in self.entries.values():
@@ -224,7 +239,7 @@ class Reconciler:
         changed = {e.key for e in events}
         # The delta path diffs against the last applied objects: after a rejection the base
         # holds more than those, so the whole state is compiled.
-        if self.cluster is None or self.desired is None or base != self.objects or any(
+        if self._cluster is None or self.desired is None or base != self.objects or any(
                 not k.startswith(POOL) for k in changed):
             return self.load(objects, revision)
         t0 = self.now()
@@ -241,8 +256,9 @@ class Reconciler:
         return Applied(revision, "delta", n["put"], n["delete"], self.now() - t0)
 
     def _delta(self, objects: dict[str, bytes], changed: set[str]) -> list[MapOp]:
-        assert self.cluster is not None and self.desired is not None
-        pools = {p.name for p in self.cluster.storage_pools}
+        c = self._cluster  # its VPCs and pool names are current; only prefixes may lag
+        assert c is not None and self.desired is not None
+        pools = {p.name for p in c.storage_pools}
         new_chunks = {k: parse_chunk(k, objects[k]) for k in changed if k in objects}
         per_pool: dict[str, tuple[list[PrefixSet], list[PrefixSet]]] = {}
         for k in changed:
@@ -257,7 +273,7 @@ class Reconciler:
         ops: list[MapOp] = []
         for pool, (adds, rems) in sorted(per_pool.items()):
             added, removed = concat(adds), concat(rems)
-            old_part, new_part = route_delta(self.desired, self.cluster, pool, added, removed)
+            old_part, new_part = route_delta(self.desired, c, pool, added, removed)
             for name in ("routes4", "routes6"):
                 clash = [k for k in new_part[name] if k in self.entries.get(name, {})
                          and k not in old_part[name]]
@@ -272,7 +288,7 @@ class Reconciler:
             else:
                 self.chunks.pop(k, None)
         self.objects = objects
-        self.cluster = self._with_pools(self.cluster, set(per_pool))
+        self._stale |= set(per_pool)
         return ops
 
     def _with_pools(self, c: Cluster, pools: set[str]) -> Cluster:

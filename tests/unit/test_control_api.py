@@ -242,3 +242,15 @@ def test_ipv6_prefix_changes_are_fully_validated(setup) -> None:
 
     assert split_cluster(restarted.cluster) == split_cluster(ctl.cluster)
     parse_cluster(yaml.safe_dump(restarted.document()))
+
+
+def test_malformed_prefix_change_bodies_are_422(setup) -> None:
+    store, _, api = setup
+    api.post("/v1/intent", content=CLUSTER.read_text(), headers=AUTH)
+    rev = store.revision()
+    for body, why in ((b"{not json", "body: Invalid JSON"), (b'{"add": 5}', "add:"),
+                      (b'{"add": [], "x": 1}', "x: Extra inputs"), (b"[]", "body:"),
+                      (b'{"add": [7]}', "add.0:")):
+        r = api.post("/v1/pools/datasets/prefixes", content=body, headers=AUTH)
+        assert r.status_code == 422 and why in r.json()["detail"], (body, r.json())
+    assert store.revision() == rev

@@ -12,8 +12,13 @@ Order (no live route is ever missing, no route ever points at something that is 
 2. deletes, in the reverse order: VTEPs and the VPC go before its routes, routes before the
    groups.
 
-An entry that changes value is a put in place (one 8-byte store in a slot table, an atomic update
-elsewhere), never a delete and a put.
+An entry that changes value is a put of the whole entry, never a delete and a put. What a packet
+sees of one put (docs/architecture.md, "What a packet sees during a change"): a slot-table value
+is one aligned 8-byte store; a multi-word array record (config, ports, VPCs, groups, next hops)
+is written into the copy no packet reads and made live by one selector store
+(`fastpath.record_table`); trie and hash values are replaced whole by the kernel. Each entry is
+seen old or new, never a mix; a batch, and a change of several maps, is not atomic as a whole:
+a packet may meet some entries new and others still old, which the order below keeps usable.
 Array maps cannot delete: entries no longer wanted there are unreachable and stay.
 Operations are batches (`MapOp`: one kind, one map, many entries) so a million-route program is a
 handful of batch syscalls. The entries come from `compile.encode`; `MAP_ORDER` (defined there with

@@ -46,7 +46,11 @@ static __always_inline __u32 cz_slot_home6(__u64 key, __u64 hi, __u64 lo, __u32 
 
 /* Walks map from slot `from` while `match` (over the slot pointer s) is false; sets `found` to
  * the matching slot or leaves it 0. The key word is read once per slot (a volatile aligned 8-byte
- * load, before the value: the writer stores the value first), and an empty slot ends the walk. */
+ * load, before the value: the writer stores the value first), and an empty slot ends the walk.
+ * Acquire order needs no barrier here: volatile keeps the compiler from moving the value loads
+ * before the key load, and x86-64 does not reorder loads with loads (the writer refuses other
+ * architectures). A slot whose key matched keeps that key's value until the packet is done: the
+ * writer reuses a deleted slot only after an RCU grace period (crosszone/fastpath/grace.py). */
 #define CZ_SLOT_FIND(map, type, from, probes, want, match, found)                  \
 	do {                                                                        \
 		for (__u32 _p = 0; _p < (probes); _p++) {                           \
@@ -134,12 +138,19 @@ static __always_inline __u64 cz_route4_find(__u64 want)
 	return at == CZ_ABSENT ? CZ_NO_ROUTE : cz_route4_walk(want, home + 1);
 }
 
+/* The address words of an IPv6 slot, read after its key word (volatile: a plain load could be
+ * hoisted above the key's, and read the address of the key a reused slot held before). */
+static __always_inline int cz_slot6_is(const struct cz_slot6 *s, __u64 hi, __u64 lo)
+{
+	return *(volatile const __u64 *)&s->hi == hi && *(volatile const __u64 *)&s->lo == lo;
+}
+
 __noinline __u64 cz_route6_walk(__u64 want, __u64 hi, __u64 lo, __u32 from)
 {
 	struct cz_slot6 *found = 0;
 
 	CZ_SLOT_FIND(route6_slots, struct cz_slot6, from, CZ_SLOT_PROBES - 1, want,
-		     s->hi == hi && s->lo == lo, found);
+		     cz_slot6_is(s, hi, lo), found);
 	return found ? *(volatile __u64 *)&found->value : CZ_NO_ROUTE;
 }
 
@@ -149,7 +160,7 @@ static __always_inline __u64 cz_route6_find(__u64 want, __u64 hi, __u64 lo)
 	struct cz_slot6 *s = 0;
 	enum cz_home at = cz_slot_at_home(&route6_slots, home, want, (void **)&s);
 
-	if (at == CZ_AT_HOME && s && s->hi == hi && s->lo == lo)
+	if (at == CZ_AT_HOME && s && cz_slot6_is(s, hi, lo))
 		return *(volatile __u64 *)&s->value;
 	return at == CZ_ABSENT ? CZ_NO_ROUTE : cz_route6_walk(want, hi, lo, home + 1);
 }

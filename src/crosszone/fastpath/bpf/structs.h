@@ -72,7 +72,10 @@ struct cz_route {
 /* Slot tables (slots.h). A slot's key word is CZ_SLOT_EMPTY, CZ_SLOT_DELETED or CZ_SLOT_LIVE with
  * the packed key; addresses are packed as loaded from the packet (network byte order in memory,
  * so a little-endian word on x86). The writer fills the other words first and the key word last,
- * each an aligned 8-byte store, so a reader never sees a live key with a half-written value. */
+ * each an aligned 8-byte store (in that order for other CPUs: x86-64 store order; the writer
+ * refuses other architectures), so a reader never sees a live key with a half-written value. A
+ * deleted slot takes another key only after an RCU grace period, so a packet that matched the
+ * old key never reads the new key's value. */
 #define CZ_SLOT_EMPTY     0ull
 #define CZ_SLOT_DELETED   1ull
 #define CZ_SLOT_LIVE      (1ull << 63)

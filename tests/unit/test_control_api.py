@@ -254,3 +254,20 @@ def test_malformed_prefix_change_bodies_are_422(setup) -> None:
         r = api.post("/v1/pools/datasets/prefixes", content=body, headers=AUTH)
         assert r.status_code == 422 and why in r.json()["detail"], (body, r.json())
     assert store.revision() == rev
+
+
+def test_controller_starts_on_an_invalid_stored_intent_and_an_apply_replaces_it(
+        tmp_path: Path) -> None:
+    """A store holding a wrong-typed core object does not keep the controller down: it serves,
+    says what is wrong, refuses prefix changes on it, and the next apply replaces it."""
+    store = SqliteStore(str(tmp_path / "s.db"), poll_s=0.001)
+    store.put_many({"intent/core": b"[]"})
+    ctl = Controller(store)
+    assert ctl.cluster is None and "invalid" in (ctl.stored_problem or "")
+    api = TestClient(create_app(ctl, "s3cret"))
+    assert "invalid" in api.get("/v1/status").json()["stored_problem"]
+    r = api.post("/v1/pools/datasets/prefixes", json={"add": ["172.16.9.0/24"]}, headers=AUTH)
+    assert r.status_code == 422 and "invalid" in r.text
+    assert api.post("/v1/intent", content=CLUSTER.read_text(), headers=AUTH).status_code == 200
+    assert ctl.stored_problem is None and "stored_problem" not in api.get("/v1/status").json()
+    assert Controller(store).cluster is not None  # a restart reads the replaced state

@@ -68,6 +68,9 @@ def controller_cmd(
     if store.startswith("sqlite://"):
         Path(store.removeprefix("sqlite://")).parent.mkdir(parents=True, exist_ok=True)
     ctl = Controller(open_store(store))
+    if ctl.stored_problem:
+        Console(stderr=True).print(f"[yellow]warning:[/yellow] {ctl.stored_problem}",
+                                   highlight=False)
     host, _, port = listen.rpartition(":")
     uvicorn.run(create_app(ctl, token, max_body), host=host or "127.0.0.1", port=int(port),
                 log_level="warning",

@@ -63,7 +63,17 @@ class Controller:
         self._lock = threading.Lock()
         items, self.revision = store.get_prefix(INTENT)
         self.objects = {k[len(INTENT):]: v for k, v in items.items()}
-        self.cluster: Cluster | None = join_objects(self.objects) if self.objects else None
+        #: why the stored intent could not be read at start (None: it could, or there is none)
+        self.stored_problem: str | None = None
+        self.cluster: Cluster | None = None
+        try:
+            self.cluster = join_objects(self.objects) if self.objects else None
+        except InvalidIntentError as exc:
+            # A store written by something else (or by an older, laxer controller) must not keep
+            # the controller down: it serves, reports the problem, and the next apply replaces
+            # the bad objects (agents keep rejecting that revision meanwhile).
+            self.stored_problem = (f"the stored intent (revision {self.revision}) is invalid: "
+                                   f"{exc}; apply a valid intent to replace it")
         # pool -> its IPv4 prefixes as sorted packed keys, kept up to date by prefix changes
         # (membership of a few keys is then a binary search, not a sort of the pool)
         self._keys4: dict[str, np.ndarray] = {}
@@ -104,6 +114,7 @@ class Controller:
                 return ApplyResult(None, d.changed, gws)
             rev = self.store.put_many({INTENT + k: v for k, v in d.writes.items()})
             self.objects, self.cluster, self.revision = objs, new, rev
+            self.stored_problem = None
             self._keys4 = {}
             return ApplyResult(rev, d.changed, gws)
 
@@ -112,7 +123,8 @@ class Controller:
         """Add and remove prefixes of one pool (the fast path of a route change)."""
         with self._lock:
             if self.cluster is None:
-                raise InvalidIntentError("no intent applied yet", path="request")
+                raise InvalidIntentError(self.stored_problem or "no intent applied yet",
+                                         path="request")
             names = [p.name for p in self.cluster.storage_pools]
             if pool not in names:
                 raise InvalidIntentError(f"no storage pool {pool!r}", path="request",
@@ -246,7 +258,7 @@ class Controller:
     def document(self) -> dict[str, Any]:
         """The desired state as a version-2 document."""
         if self.cluster is None:
-            raise InvalidIntentError("no intent applied yet", path="store")
+            raise InvalidIntentError(self.stored_problem or "no intent applied yet", path="store")
         return to_document(self.cluster)
 
     def status(self) -> dict[str, Any]:
@@ -255,7 +267,10 @@ class Controller:
         gws = {k[len(STATUS):]: json.loads(v) for k, v in items.items()}
         for gw in (self.cluster.gateways if self.cluster else []):
             gws.setdefault(gw.name, {"health": "unknown", "revision": None})
-        return {"desired_revision": self.revision, "gateways": gws}
+        out: dict[str, Any] = {"desired_revision": self.revision, "gateways": gws}
+        if self.stored_problem:
+            out["stored_problem"] = self.stored_problem
+        return out
 
 
 def parse_chunks(objects: dict[str, bytes]) -> dict[str, PrefixSet]:

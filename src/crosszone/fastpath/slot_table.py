@@ -115,7 +115,7 @@ def as_loaded(dtype: np.dtype) -> np.dtype:
     the program computes, so the slot keys are the encoder's keys (`compile.encode`, derived
     from the mirrors in abi/layout.py) with no layout declared here."""
     names = list(dtype.names or ())
-    fields = dtype.fields or {}
+    fields: Mapping[str, Any] = dtype.fields or {}
 
     def le(t: np.dtype) -> np.dtype:
         if t.subdtype is not None:

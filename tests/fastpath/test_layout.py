@@ -88,6 +88,16 @@ def test_model_and_bpf_agree_on_sizes_used_by_maps(gateway_object):
         assert obj.map("route6_slots").max_entries == layout.CZ_ROUTE6_SLOTS + layout.CZ_SLOT_PROBES
         assert obj.map("vtep_slots").max_entries == layout.CZ_VTEP_SLOTS + layout.CZ_SLOT_PROBES
         assert obj.map("reason_stats").max_entries == REASON_MAX
+        # double-buffered records (record_table.RECORD_MAPS): two copies per u32 selector
+        from crosszone.fastpath.record_table import RECORD_MAPS
+
+        limits = {"config": 1, "ports": layout.CZ_MAX_PORTS, "vpcs": layout.CZ_MAX_VPCS,
+                  "ecmp_groups": layout.CZ_MAX_GROUPS, "nexthops": layout.CZ_MAX_NEXTHOPS}
+        assert set(RECORD_MAPS) == set(limits)
+        for name, n in limits.items():
+            sel = obj.map(f"{name}_sel")
+            assert (sel.max_entries, sel.value_size) == (n, 4), name
+            assert obj.map(name).max_entries == 2 * n, name
 
 
 def test_encoder_dtypes_match_btf():

@@ -20,6 +20,7 @@ from crosszone.abi import layout as L
 from crosszone.abi.reasons import Reason
 from crosszone.compile import encode as enc
 from crosszone.fastpath.grace import Grace
+from crosszone.fastpath.hash_table import wrap_hashes
 from crosszone.fastpath.libbpf import BpfError, BpfMap, BpfObject
 from crosszone.fastpath.record_table import wrap_records
 from crosszone.fastpath.slot_table import SlotMap, wrap
@@ -87,7 +88,8 @@ class GatewayMaps:
     programming path); this class reads counters and traces back."""
 
     def __init__(self, maps: Mapping[str, Any], grace: Grace | None = None) -> None:
-        self.maps: dict[str, Any] = wrap_records(wrap(dict(maps), grace), grace)
+        self.maps: dict[str, Any] = wrap_hashes(wrap_records(wrap(dict(maps), grace), grace),
+                                                grace)
         self.lpm = "routes4_lpm" in self.maps
         for fam in (4, 6):
             if (trie := f"routes{fam}_lpm") in self.maps:

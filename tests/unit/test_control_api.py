@@ -271,3 +271,11 @@ def test_controller_starts_on_an_invalid_stored_intent_and_an_apply_replaces_it(
     assert api.post("/v1/intent", content=CLUSTER.read_text(), headers=AUTH).status_code == 200
     assert ctl.stored_problem is None and "stored_problem" not in api.get("/v1/status").json()
     assert Controller(store).cluster is not None  # a restart reads the replaced state
+
+
+@pytest.mark.parametrize("raw", [b"not json", b"[1, 2]", b"\xff\xfe", b"[" * 100_000])
+def test_a_bad_status_value_does_not_break_the_status_endpoint(setup, raw: bytes) -> None:
+    store, _, api = setup
+    store.put_many({"status/gw-x": raw})
+    r = api.get("/v1/status")
+    assert r.status_code == 200 and r.json()["gateways"]["gw-x"]["health"] == "unreadable"

@@ -264,13 +264,23 @@ class Controller:
     def status(self) -> dict[str, Any]:
         """Every gateway's last report, plus the desired revision."""
         items, _rev = self.store.get_prefix(STATUS)
-        gws = {k[len(STATUS):]: json.loads(v) for k, v in items.items()}
+        gws = {k[len(STATUS):]: _status_value(v) for k, v in items.items()}
         for gw in (self.cluster.gateways if self.cluster else []):
             gws.setdefault(gw.name, {"health": "unknown", "revision": None})
         out: dict[str, Any] = {"desired_revision": self.revision, "gateways": gws}
         if self.stored_problem:
             out["stored_problem"] = self.stored_problem
         return out
+
+
+def _status_value(raw: bytes) -> dict[str, Any]:
+    """An agent's status report, or a note that it could not be read (a bad value in the store
+    must not break the status endpoint)."""
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        return {"health": "unreadable", "revision": None}
+    return value if isinstance(value, dict) else {"health": "unreadable", "revision": None}
 
 
 def parse_chunks(objects: dict[str, bytes]) -> dict[str, PrefixSet]:

@@ -14,6 +14,7 @@ from crosszone.compile.encode import bind_ports, encode_tables
 from crosszone.compile.gateway import Ids, compile_gateway
 from crosszone.compile.tables import compile_tables
 from crosszone.intent.cluster import load_cluster, parse_cluster, to_document
+from crosszone.intent.schema import Cluster
 from crosszone.store.objects import diff_objects, split_cluster
 from crosszone.store.store import Event
 
@@ -105,11 +106,11 @@ def test_ids_round_trip() -> None:
     assert Ids.from_json(ids.to_json()) == ids
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_random_changes_keep_invariants_and_reach_target(seed: int) -> None:
+def changed_clusters(seed: int) -> tuple[Cluster, Cluster]:
+    """A random cluster and a random change of it (pool prefixes and lengths, a next hop added,
+    maybe an explicit route dropped): the pair the diff and sink tests replay."""
     rnd = random.Random(seed)
-    base = load_cluster(CLUSTER)
-    d = to_document(base)
+    d = to_document(load_cluster(CLUSTER))
     pools = d["storage_pools"]
     pools[0]["prefixes"] = "\n".join(f"172.16.{i}.0/24" for i in rnd.sample(range(90), 40))
     pools[1]["prefixes"] = "\n".join(f"172.{20 + i // 200}.{i % 200}.0/24"
@@ -121,7 +122,12 @@ def test_random_changes_keep_invariants_and_reach_target(seed: int) -> None:
         {"name": "ck-r2", "interface": "storage0", "mac": "02:00:00:00:31:02"}]
     if rnd.random() < 0.5:
         d["vpcs"][0]["routes"] = d["vpcs"][0]["routes"][:1]
-    new = parse_cluster(yaml.safe_dump(d))
+    return old, parse_cluster(yaml.safe_dump(d))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_changes_keep_invariants_and_reach_target(seed: int) -> None:
+    old, new = changed_clusters(seed)
     a = compile_gateway(old, "gw-a", IFX)
     b = compile_gateway(new, "gw-a", IFX, a.ids)
     ops = diff_entries(a.entries, b.entries)

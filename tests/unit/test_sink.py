@@ -4,11 +4,9 @@ missing, and the binding step can point the devmap elsewhere (test runs point it
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
-import yaml
 
 from crosszone.abi.objects import BUILD_DIR as BUILD
 from crosszone.compile.diff import ARRAY_MAPS, MapOp, diff_entries
@@ -17,7 +15,8 @@ from crosszone.compile.gateway import compile_gateway
 from crosszone.compile.tables import compile_tables
 from crosszone.fastpath.sink import MapSink, program
 from crosszone.fastpath.testing.fake_maps import fake_gateway
-from crosszone.intent.cluster import load_cluster, parse_cluster, to_document
+from crosszone.intent.cluster import load_cluster
+from unit.test_diff import changed_clusters
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "examples" / "cluster.yaml"
@@ -86,24 +85,9 @@ class CheckingSink(MapSink):
                     assert v[4:8] in step["ecmp_groups"], f"route to a missing group ({op})"
 
 
-def _changed_clusters(seed: int):  # type: ignore[no-untyped-def]
-    rnd = random.Random(seed)
-    d = to_document(load_cluster(CLUSTER))
-    pools = d["storage_pools"]
-    pools[0]["prefixes"] = "\n".join(f"172.16.{i}.0/24" for i in rnd.sample(range(90), 40))
-    old = parse_cluster(yaml.safe_dump(d))
-    pools[0]["prefixes"] = "\n".join(f"172.16.{i}.0/{rnd.choice([24, 25])}"
-                                     for i in rnd.sample(range(90), 30))
-    pools[1]["next_hops"] = pools[1]["next_hops"] + [
-        {"name": "ck-r2", "interface": "storage0", "mac": "02:00:00:00:31:02"}]
-    if rnd.random() < 0.5:
-        d["vpcs"][0]["routes"] = d["vpcs"][0]["routes"][:1]
-    return old, parse_cluster(yaml.safe_dump(d))
-
-
 @pytest.mark.parametrize("seed", range(3))
 def test_a_change_applied_batch_by_batch_never_loses_a_live_route(seed: int) -> None:
-    old_c, new_c = _changed_clusters(seed)
+    old_c, new_c = changed_clusters(seed)
     a = compile_gateway(old_c, "gw-a", IFX)
     b = compile_gateway(new_c, "gw-a", IFX, a.ids)
     maps = fake_gateway(OBJ)

@@ -28,6 +28,8 @@ from crosszone.fastpath.grace import Grace, map_identity, process_grace, require
 #: The kernel hash maps the programming path writes (the slot tables and the double-buffered
 #: records have writers of their own; LPM tries free replaced nodes after a grace period).
 HASH_MAPS = ("hosts", "vpc_by_vni")
+#: Up to this many keys, a put batch looks each up instead of dumping the whole map (100k hosts).
+_FEW = 256
 
 
 def _records(buf: bytes | Sequence[bytes], size: int) -> list[bytes]:
@@ -76,7 +78,7 @@ class HashMapWriter:
             # the map's own error for a length mismatch
             return int(self.map.update_batch(keys, values, flags))
         self._settle()
-        held = self._keys()
+        held = self._held(ks)
         fresh = [(k, v) for k, v in zip(ks, vs) if k not in held]
         again = [(k, v) for k, v in zip(ks, vs) if k in held]
         if fresh:
@@ -101,6 +103,13 @@ class HashMapWriter:
         if n:
             self._freed()
         return n
+
+    def _held(self, keys: list[bytes]) -> set[bytes]:
+        """Which of keys the map holds: a lookup each for a small batch (an agent's delta),
+        one dump of the map for a large one (a first program, where the map is nearly empty)."""
+        if len(keys) <= _FEW:
+            return {k for k in keys if self.map.lookup(k) is not None}
+        return self._keys()
 
     def _keys(self) -> set[bytes]:
         keys, _values, n = self.map.dump()

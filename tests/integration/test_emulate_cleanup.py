@@ -86,7 +86,7 @@ def test_down_leaves_nothing_behind() -> None:
         if topology.PIN_ROOT.exists() else []
     left["pin root"] = topology.PIN_ROOT.exists()
     left["fast-path state files"] = sorted(
-        str(f) for f in Path("/run/crosszone/fastpath").glob("*czemu*"))
+        str(f) for f in Path("/run/crosszone/fastpath").glob(f"*{topology.PIN_ROOT.name}_*"))
     left["run dir"] = topology.RUN_DIR.exists()
     left["xdp programs"] = sorted(i for i in progs if _prog_exists(i))
     # A zombie (state Z) has exited and holds nothing but its pid until its parent (here the

@@ -26,6 +26,10 @@ def plan() -> topology.Plan:
 
 
 def _golden(name: str, text: str) -> None:
+    # Golden files name the default instance; a second instance (CROSSZONE_EMULATE_INSTANCE)
+    # differs only in its prefix and run directory.
+    text = text.replace(str(topology.RUN_DIR) + "/", "/run/crosszone-emulate/").replace(
+        topology.PREFIX, "czemu-")
     path = GOLDEN / name
     if os.environ.get("CZ_UPDATE_GOLDEN"):
         path.write_text(text)
@@ -97,9 +101,9 @@ def test_build_ops_are_planned_not_run(plan: topology.Plan) -> None:
     ex.apply(deploy.build_ops(plan, "legacy"))
     cmds = [str(op) for op in ex.ops if isinstance(op, netns.Cmd)]
     assert any("type vxlan id 1001" in c for c in cmds)
-    assert all("czemu-" in c or not c.startswith("ip netns exec") for c in cmds)
+    assert all(topology.PREFIX in c or not c.startswith("ip netns exec") for c in cmds)
     # Crosszone gateways start silent; legacy ones announce.
     confs = {str(op.path): op.text for op in ex.ops if isinstance(op, netns.WriteFile)}
-    lgw = next(t for p, t in confs.items() if p.endswith("czemu-lgw1/frr.conf"))
-    xg = next(t for p, t in confs.items() if p.endswith("czemu-xgw1/frr.conf"))
+    lgw = next(t for p, t in confs.items() if p.endswith(f"{topology.PREFIX}lgw1/frr.conf"))
+    xg = next(t for p, t in confs.items() if p.endswith(f"{topology.PREFIX}xgw1/frr.conf"))
     assert "network 10.0.0.100/32" in lgw and "network 10.0.0.100/32" not in xg

@@ -16,6 +16,9 @@ from crosszone.emulate import state as st
 from crosszone.linux.netns import Cmd, Executor, Op, RecordingExecutor, in_ns
 from crosszone.workload import runner
 
+P = topology.PREFIX  # the emulator instance's namespace prefix (czemu- by default)
+R = str(topology.RUN_DIR)
+
 pytestmark = pytest.mark.unit
 VPCS = [{"name": "a", "vni": 1001, "prefix": "192.168.0.0/16", "storage_facing": "100.64.0.0/16"}]
 
@@ -106,14 +109,14 @@ def test_fake_kind_reaches_plan_ops_and_switch(fake: FakeGateway) -> None:
     p = topology.plan(spec)
     assert [(g.name, g.kind, g.index) for g in p.gateways] == [
         ("lgw1", "legacy", 1), ("fgw1", "fake", 2), ("fgw2", "fake", 3)]
-    assert {"czemu-fgw1", "czemu-fgw2"} <= set(p.namespaces)
+    assert {f"{P}fgw1", f"{P}fgw2"} <= set(p.namespaces)
     ops = deploy.build_ops(p, "fake")
     cmds = [op for op in ops if isinstance(op, Cmd)]
     assert sum("fake-datapath" in op.argv for op in cmds) == 2
     # a kind without attach announces from the start under its own set, legacy does not
     confs = {str(o.path): o.text for o in ops if hasattr(o, "text")}
-    assert "network 10.0.0.100/32" in confs["/run/crosszone-emulate/frr/czemu-fgw1/frr.conf"]
-    assert "network 10.0.0.100/32" not in confs["/run/crosszone-emulate/frr/czemu-lgw1/frr.conf"]
+    assert "network 10.0.0.100/32" in confs[f"{R}/frr/{P}fgw1/frr.conf"]
+    assert "network 10.0.0.100/32" not in confs[f"{R}/frr/{P}lgw1/frr.conf"]
     dep = deploy.Deployment(p, RecordingExecutor())
     state = st.State(topology="t", spec=spec.model_dump(mode="json"), active="fake")
     assert [g.name for g in dep.announced("fake", state)] == ["fgw1", "fgw2"]
@@ -138,10 +141,10 @@ def test_fake_kind_reaches_the_cli(fake: FakeGateway) -> None:
 def test_workload_targets_are_plain_data() -> None:
     p = topology.plan(topology.parse({"vpcs": VPCS, "hosts": 2}))
     t = topology.workload_targets(p)
-    assert [(e.name, e.ns) for e in t.endpoints] == [("h1-a", "czemu-h1-a"), ("h2-a", "czemu-h2-a")]
+    assert [(e.name, e.ns) for e in t.endpoints] == [("h1-a", f"{P}h1-a"), ("h2-a", f"{P}h2-a")]
     assert t.servers == ("172.16.0.11", "172.16.0.12")
     argv = runner.worker_argv(t, 1, 5.0, 2)
-    assert argv[:4] == ["ip", "netns", "exec", "czemu-h2-a"]
+    assert argv[:4] == ["ip", "netns", "exec", f"{P}h2-a"]
     # the second endpoint starts with the second server (rotated list)
     assert argv[argv.index("--servers") + 1] == "172.16.0.12,172.16.0.11"
     assert argv[argv.index("--shard-bytes") + 1] == str(64 << 20)

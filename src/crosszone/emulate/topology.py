@@ -16,6 +16,8 @@ Addressing (k = global gateway index, i = host index, j = storage node index, al
 from __future__ import annotations
 
 import ipaddress
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,9 +30,21 @@ from crosszone.emulate import kinds
 from crosszone.linux.links import Link
 from crosszone.workload.runner import Targets, WorkerEndpoint
 
-PREFIX = "czemu-"
-RUN_DIR = Path("/run/crosszone-emulate")
-PIN_ROOT = Path("/sys/fs/bpf/czemu")
+
+def _instance() -> str:
+    """CROSSZONE_EMULATE_INSTANCE: run a second emulation beside the default one (one to three
+    lower-case letters or digits). Every name the emulator owns carries it, so two instances never
+    see, sweep or remove each other's namespaces, pins or files."""
+    value = os.environ.get("CROSSZONE_EMULATE_INSTANCE", "")
+    if value and not re.fullmatch(r"[a-z0-9]{1,3}", value):
+        raise ValueError(f"CROSSZONE_EMULATE_INSTANCE={value!r}: use 1 to 3 lower-case letters or digits")
+    return value
+
+
+INSTANCE = _instance()
+PREFIX = f"czemu{INSTANCE}-"
+RUN_DIR = Path(f"/run/crosszone-emu-{INSTANCE}" if INSTANCE else "/run/crosszone-emulate")
+PIN_ROOT = Path(f"/sys/fs/bpf/czemu{INSTANCE}")
 DEFAULT_TOPOLOGY = ROOT / "examples" / "two-zone.yaml"
 
 COMPUTE_ROUTER_AS = 65001

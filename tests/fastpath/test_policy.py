@@ -15,7 +15,6 @@ from crosszone.abi.reasons import Reason, XdpAction
 from crosszone.fastpath.testing import model
 from crosszone.fastpath.testing.model_policy import PolicyState
 from crosszone.fastpath.testing.testrun import LOOPBACK_IFINDEX, TestRunner
-
 from policy_flows import FLOWLET_GAP_NS, FLOWS, T0, policy_tables, steps
 
 SETTINGS = settings(max_examples=60, deadline=None,
@@ -77,7 +76,8 @@ def test_a_greedy_tenant_does_not_starve_the_other():
     """tenant-a offers 11.5 Gbit/s against a 1 Gbit/s rate; tenant-b sends 0.58 Gbit/s under
     the same rate: every packet of tenant-b goes through, tenant-a gets its rate and its burst."""
     rate_mbps, burst_kib = 1000, 64
-    t = policy_tables(rates={"tenant-a": (rate_mbps, burst_kib), "tenant-b": (rate_mbps, burst_kib)})
+    t = policy_tables(rates={"tenant-a": (rate_mbps, burst_kib),
+                             "tenant-b": (rate_mbps, burst_kib)})
     with TestRunner(t, object_path("xdp_gateway_testclock")) as r:
         greedy, modest = FLOWS[0], FLOWS[3]
         size = greedy.ip_bytes(1400)

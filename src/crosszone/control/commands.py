@@ -52,8 +52,16 @@ def controller_cmd(
                                  help="Largest request body in bytes (larger: 413)."),
     tls_cert: Path | None = typer.Option(None, "--tls-cert", help="PEM certificate: serve https."),
     tls_key: Path | None = typer.Option(None, "--tls-key", help="PEM private key of --tls-cert."),
+    reads: str = typer.Option("open", "--reads",
+                              help="open: anyone who reaches the API may read (status, "
+                                   "dashboard data); token: reads need the token too."),
+    prometheus: str = typer.Option("", "--prometheus", envvar="CROSSZONE_PROMETHEUS",
+                                   help="Prometheus URL the dashboard's rates come from."),
+    charts: Path | None = typer.Option(None, "--charts",
+                                       help="Directory of plan/simulate SVG charts shown on "
+                                            "the dashboard."),
 ) -> None:
-    """Serve the REST API (OpenAPI at /openapi.json) over the store."""
+    """Serve the REST API (OpenAPI at /openapi.json) and the dashboard (/dashboard)."""
     import uvicorn
 
     from crosszone.control.api import create_app
@@ -63,6 +71,8 @@ def controller_cmd(
     token = read_token(token_file, argv_token)
     if not token:
         _fail("a token is required (CROSSZONE_TOKEN or --token-file)")
+    if reads not in ("open", "token"):
+        _fail("--reads is open or token")
     if (tls_cert is None) != (tls_key is None):
         _fail("--tls-cert and --tls-key go together")
     if store.startswith("sqlite://"):
@@ -72,7 +82,9 @@ def controller_cmd(
         Console(stderr=True).print(f"[yellow]warning:[/yellow] {ctl.stored_problem}",
                                    highlight=False)
     host, _, port = listen.rpartition(":")
-    uvicorn.run(create_app(ctl, token, max_body), host=host or "127.0.0.1", port=int(port),
+    app = create_app(ctl, token, max_body, open_reads=reads == "open",
+                     prometheus=prometheus or None, charts_dir=charts)
+    uvicorn.run(app, host=host or "127.0.0.1", port=int(port),
                 log_level="warning",
                 ssl_certfile=str(tls_cert) if tls_cert else None,
                 ssl_keyfile=str(tls_key) if tls_key else None)

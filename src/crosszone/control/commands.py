@@ -169,8 +169,41 @@ def status_cmd(
     console.print(table)
 
 
+def top_cmd(
+    url: str = typer.Option(DEFAULT_URL, "--controller", envvar="CROSSZONE_CONTROLLER"),
+    token_file: Path | None = _TOKEN_FILE,
+    ca_cert: Path | None = _CA_CERT,
+    interval: float = typer.Option(2.0, "--interval", min=0.5, max=60.0,
+                                   help="Seconds between refreshes."),
+    once: bool = typer.Option(False, "--once", help="Print one screen and exit."),
+) -> None:
+    """Live gateways, per-VPC rates, drops by reason and migration, in the terminal."""
+    import time
+
+    from rich.live import Live
+
+    from crosszone.control.client import ControllerError
+    from crosszone.control.top import render
+
+    client = _client(url, read_token(token_file, None), ca_cert)
+    try:
+        if once:
+            console.print(render(client.dashboard()))
+            return
+        with Live(render(client.dashboard()), console=console, screen=False,
+                  auto_refresh=False) as live:
+            while True:
+                time.sleep(interval)
+                live.update(render(client.dashboard()), refresh=True)
+    except ControllerError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        pass
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    """Add controller, apply and status."""
+    """Add controller, apply, status and top."""
     app.command("controller")(controller_cmd)
     app.command("apply")(apply_cmd)
     app.command("status")(status_cmd)
+    app.command("top")(top_cmd)

@@ -119,7 +119,7 @@ function drawChart(id, doc, series, label, scale) {
     width: Math.max(box.clientWidth - 10, 300), height: 220,
     series: [{}, ...keys.map((k, i) => ({label: k, stroke: COLOURS[i % COLOURS.length],
                                           width: 1.5, spanGaps: false}))],
-    axes: [{}, {size: 60}], legend: {live: false}, cursor: {drag: {x: false, y: false}},
+    axes: [{}, {size: 80}], legend: {live: false}, cursor: {drag: {x: false, y: false}},
   };
   charts[id] = {plot: new uPlot(opts, data, box), keys};
 }

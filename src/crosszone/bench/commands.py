@@ -12,6 +12,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from crosszone.progress import Progress
+
 
 def _need_root(what: str) -> None:
     if os.geteuid() != 0:
@@ -30,8 +32,11 @@ def bench_fastpath(
     from crosszone.bench.fastpath import run_bench
 
     _need_root("the benchmark loads BPF programs")
-    run_bench(routes, hosts, repeat, rounds,
-              emit=lambda s: (sys.stdout.write(s + "\n"), sys.stdout.flush()))
+    with Progress("bench fastpath") as p:
+        p.step(f"{routes} routes, {hosts} hosts, {rounds} rounds of {repeat} runs per scenario")
+        run_bench(routes, hosts, repeat, rounds,
+                  emit=lambda s: (sys.stdout.write(s + "\n"), sys.stdout.flush(),
+                                  p.step(f"measured {_what(s)}")))
 
 
 def bench_control(
@@ -46,8 +51,10 @@ def bench_control(
     """Validate+compile, program, restart and single-change latency for each store."""
     from crosszone.bench.control import run
 
-    for kind in stores.split(","):
-        print(json.dumps(run(kind, routes, hosts, changes, not verbose_hosts)), flush=True)
+    with Progress("bench control") as p:
+        for kind in stores.split(","):
+            p.step(f"{kind} store: {routes} routes, {hosts} hosts, {changes} changes")
+            print(json.dumps(run(kind, routes, hosts, changes, not verbose_hosts)), flush=True)
 
 
 def bench_forward(
@@ -64,10 +71,13 @@ def bench_forward(
     from crosszone.bench.forward import run_bench, teardown
 
     _need_root("the emulator creates network namespaces")
-    try:
-        run_bench(seconds=seconds, cpu=None if cpu < 0 else cpu, rounds=rounds)
-    finally:
-        teardown()
+    with Progress("bench forward") as p:
+        p.step(f"{rounds} rounds of {seconds:g} s per row (legacy, crosszone, floor)")
+        try:
+            run_bench(seconds=seconds, cpu=None if cpu < 0 else cpu, rounds=rounds)
+        finally:
+            p.step("removing the benchmark's namespaces")
+            teardown()
 
 
 def bench_simulate(
@@ -94,6 +104,8 @@ def bench_simulate(
         parsed = scenario_from_mapping(cluster_scale_mapping(servers, duration), "bench")
         simulated = parsed.duration
         for tier in parsed.tiers:
+            progress.step(f"simulating {servers} servers for {duration} through "
+                          f"{tier.name} x {tier.devices}")
             wall_start, cpu_start = time.perf_counter(), time.process_time()
             result = simulate_tier(parsed, tier, parsed.seed)
             wall = time.perf_counter() - wall_start
@@ -113,7 +125,17 @@ def bench_simulate(
             else:
                 _console().print(line)
 
-    _run(action)
+    with Progress("bench simulate") as progress:
+        _run(action)
+
+
+def _what(line: str) -> str:
+    """A short name for one benchmark result line (its scenario or row)."""
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return "a result"
+    return str(doc.get("scenario") or doc.get("row") or doc.get("name") or "a result")
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:

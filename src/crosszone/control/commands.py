@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -107,21 +108,31 @@ def apply_cmd(
     token_file: Path | None = _TOKEN_FILE,
     argv_token: str | None = _ARGV_TOKEN,
     ca_cert: Path | None = _CA_CERT,
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Send an intent to the controller (validated there and here first)."""
+    """Send an intent to the controller (validated there and here first); progress on
+    stderr."""
     from crosszone.control.client import ControllerError
     from crosszone.intent.cluster import load_cluster
     from crosszone.intent.errors import InvalidIntentError
+    from crosszone.progress import Progress
 
     token = read_token(token_file, argv_token)
     try:
-        load_cluster(file)
-    except InvalidIntentError as exc:
+        with Progress("apply") as progress:
+            progress.step(f"validating {file} ({file.stat().st_size / 1e6:.1f} MB)")
+            load_cluster(file)
+            progress.step(f"sending it to {url}" + (" (dry run)" if dry_run else "")
+                          + "; the controller validates and compiles it again")
+            out = _client(url, token, ca_cert).apply(file.read_text(), dry_run=dry_run)
+    except (InvalidIntentError, ControllerError) as exc:
         _fail(str(exc))
-    try:
-        out = _client(url, token, ca_cert).apply(file.read_text(), dry_run=dry_run)
-    except ControllerError as exc:
-        _fail(str(exc))
+        return
+    except OSError as exc:
+        _fail(f"{file}: {exc.strerror or exc}")
+        return
+    if as_json:
+        print(json.dumps(out))
         return
     title = "dry run: nothing applied" if dry_run else (
         f"applied as revision {out['revision']}" if out["revision"] else "no change")

@@ -13,6 +13,7 @@ from rich.table import Table
 from crosszone.emulate import deploy, kinds, topology
 from crosszone.emulate import state as st
 from crosszone.linux import netns
+from crosszone.progress import Progress
 
 TopologyOpt = typer.Option(topology.DEFAULT_TOPOLOGY, "--topology", "-t",
                            help="Topology YAML (default: examples/two-zone.yaml).")
@@ -64,6 +65,17 @@ def status_table(dep: deploy.Deployment) -> Table:
     return table
 
 
+def status_json(dep: deploy.Deployment) -> dict[str, object]:
+    """`emulate status --json` (and `emulate up --json`)."""
+    c, s = dep.route_hops()
+    state = st.load()
+    names = {f"g{g.index}": g.name for g in dep.plan.gateways}
+    return {"up": state is not None and state.complete,
+            "active": state.active if state else None,
+            "compute_nexthops": sorted(names.get(x, x) for x in c),
+            "storage_nexthops": sorted(names.get(x, x) for x in s)}
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add the `emulate` and `workload` groups."""
     emulate = typer.Typer(help="Emulated two-zone deployment in network namespaces.",
@@ -74,18 +86,25 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     app.add_typer(workload, name="workload")
 
     @emulate.command("up")
-    def up(topology_file: Path = TopologyOpt, verbose: bool = False) -> None:
-        """Build the deployment (idempotent)."""
+    def up(topology_file: Path = TopologyOpt, verbose: bool = False,
+           as_json: bool = typer.Option(False, "--json",
+                                        help="Print the status as JSON (progress: stderr).")
+           ) -> None:
+        """Build the deployment (idempotent); progress on stderr."""
         _need_root()
         spec = _load(topology_file)
         dep = deploy.make(spec, netns.Executor(verbose=verbose), str(topology_file))
-        console = Console()
         try:
-            dep.up(log=lambda m: console.print(f"[cyan]up[/cyan] {m}"))
+            with Progress("emulate up") as progress:
+                dep.up(log=progress.step)
         except (deploy.DeployError, netns.CommandFailed) as exc:
-            console.print(f"[red]up failed:[/red] {exc}\n(run `crosszone emulate down` to clean)")
+            Console(stderr=True).print(f"[red]up failed:[/red] {exc}\n"
+                                       "(run `crosszone emulate down` to clean)")
             raise typer.Exit(1) from None
-        console.print(status_table(dep))
+        if as_json:
+            print(json.dumps(status_json(dep)))
+        else:
+            Console().print(status_table(dep))
 
     @emulate.command("down")
     def down() -> None:
@@ -102,13 +121,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         spec, path = _current(topology_file)
         dep = deploy.make(spec, topology_path=path)
         if as_json:
-            c, s = dep.route_hops()
-            state = st.load()
-            names = {f"g{g.index}": g.name for g in dep.plan.gateways}
-            print(json.dumps({"up": state is not None and state.complete,
-                              "active": state.active if state else None,
-                              "compute_nexthops": sorted(names.get(x, x) for x in c),
-                              "storage_nexthops": sorted(names.get(x, x) for x in s)}))
+            print(json.dumps(status_json(dep)))
             return
         Console().print(status_table(dep))
 

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from crosszone.emulate import control_plane, deploy, kinds, topology
+from crosszone.emulate import control_plane, deploy, kinds, prometheus, topology
 from crosszone.emulate import state as st
 from crosszone.linux import netns
 from crosszone.progress import Progress
@@ -61,6 +61,9 @@ def status_table(dep: deploy.Deployment) -> Table:
         table.add_row("control plane", f"controller {cp['controller']['url']} "
                       f"({'running' if cp['controller']['running'] else 'not running'}), "
                       f"{running}/{len(cp['agents'])} agents running")
+        table.add_row("prometheus", f"{prometheus.url()} ("
+                      f"{'running' if prometheus.pid() is not None else 'not running'})")
+        table.add_row("dashboard", control_plane.controller_url() + "/dashboard")
     by_addr = {f"g{g.index}": g.name for g in dep.plan.gateways}
     if existing:
         c, s = dep.route_hops()
@@ -80,7 +83,16 @@ def status_json(dep: deploy.Deployment) -> dict[str, object]:
             "active": state.active if state else None,
             "compute_nexthops": sorted(names.get(x, x) for x in c),
             "storage_nexthops": sorted(names.get(x, x) for x in s),
-            **control_plane.describe(dep.plan)}
+            **control_plane.describe(dep.plan), **_observability(dep)}
+
+
+def _observability(dep: deploy.Deployment) -> dict[str, object]:
+    """Prometheus and the dashboard, when the deployment has a control plane."""
+    if not control_plane.gateways(dep.plan):
+        return {}
+    return {**prometheus.describe(True),
+            "dashboard": {"url": control_plane.controller_url() + "/dashboard",
+                          "charts": str(control_plane.charts_dir())}}
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:

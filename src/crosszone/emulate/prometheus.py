@@ -106,6 +106,16 @@ def start(agents: Mapping[str, str], controller: str | None, run_dir: Path = RUN
     raise RuntimeError(f"prometheus not ready within {timeout:.0f} s; see {d}/prometheus.log")
 
 
+def pidfiles(wanted: bool, run_dir: Path = RUN_DIR) -> list[Path]:
+    """The server's pidfile when the deployment runs one (it does with a control plane)."""
+    return [directory(run_dir) / "prometheus.pid"] if wanted else []
+
+
+def describe(wanted: bool, run_dir: Path = RUN_DIR) -> dict[str, object]:
+    """`emulate status --json`'s "prometheus" entry (empty when the deployment has none)."""
+    return {"prometheus": {"url": url(), "running": pid(run_dir) is not None}} if wanted else {}
+
+
 def pid(run_dir: Path = RUN_DIR) -> int | None:
     """The running server's pid, or None."""
     try:

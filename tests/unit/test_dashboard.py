@@ -259,3 +259,19 @@ def test_top_renders_the_figures(store) -> None:
     assert "drop drop_vni_unknown 12.5" in out
     assert "gw-a ok 0 1/2 up 1/1 up attached (c0, s0)" in out
     assert "7 (behind)" in out and "step 3" in out and "25 %" in out and "TRIPPED" in out
+
+
+@pytest.mark.parametrize("record", [
+    {"state": "shifting", "step": "two", "weight_new": "half", "guards": 7, "history": "x"},
+    {"state": "shifting", "step": True, "weight_new": 9.0, "guards": [1, {"ok": True}]},
+])
+def test_an_odd_migration_record_breaks_nothing(store, tmp_path: Path, record) -> None:
+    store.put(dashboard.MIGRATION_KEY, json.dumps(record).encode())
+    api = _api(store, tmp_path)
+    text = api.get("/metrics").text
+    assert api.get("/metrics").status_code == 200 and "crosszone_migration_step" not in text
+    doc = api.get("/v1/dashboard").json()
+    assert doc["migration"]["state"] == "shifting"
+    console = Console(record=True, width=160)
+    console.print(top.render(doc))
+    assert "migration: shifting" in console.export_text()

@@ -67,16 +67,18 @@ def _migration(mig: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
     for name, key, doc in (("crosszone_migration_step", "step", "Step of the migration"),
                            ("crosszone_migration_weight_new_ratio", "weight_new",
                             "Share of traffic on the new gateways (0..1)")):
-        if isinstance(mig.get(key), int | float):
+        if isinstance(mig.get(key), int | float) and not isinstance(mig.get(key), bool):
             g = GaugeMetricFamily(name, doc)
             g.add_metric([], float(mig[key]))
             yield g
-    guards = [g for g in mig.get("guards", []) if isinstance(g, dict) and "name" in g]
+    raw = mig.get("guards")
+    guards = [x for x in raw if isinstance(x, dict) and "name" in x] if isinstance(
+        raw, list) else []
     if guards:
         ok = GaugeMetricFamily("crosszone_migration_guard_ok", "1 while a migration guard "
                                "holds", labels=["guard"])
-        for g in guards:
-            ok.add_metric([str(g["name"])], 1.0 if g.get("ok") else 0.0)
+        for guard in guards:
+            ok.add_metric([str(guard["name"])], 1.0 if guard.get("ok") else 0.0)
         yield ok
 
 

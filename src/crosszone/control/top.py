@@ -91,11 +91,13 @@ def migration_text(doc: dict[str, Any]) -> Text:
     m = doc["migration"]
     if m.get("state") in (None, "none"):
         return Text("migration: none", style="dim")
-    w = float(m.get("weight_new") or 0.0)
+    w = m.get("weight_new")
+    w = min(1.0, max(0.0, float(w))) if isinstance(w, int | float) else 0.0
     bar = "#" * round(20 * w) + "." * (20 - round(20 * w))
     text = Text(f"migration: {m['state']}, step {m.get('step', '-')} [{bar}] "
                 f"{w * 100:.0f} % on the new gateways")
-    for g in m.get("guards", []):
+    guards = m.get("guards")
+    for g in (x for x in (guards if isinstance(guards, list) else []) if isinstance(x, dict)):
         text.append(f"\n  guard {g.get('name')}: {g.get('value')} (limit {g.get('limit')}) ",
                     style="")
         text.append("ok" if g.get("ok") else "TRIPPED", style="green" if g.get("ok") else "red")

@@ -6,6 +6,7 @@ and promtool accepts the rules and the configuration."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -178,3 +179,60 @@ def test_routing_collector_exports_what_it_can_read() -> None:
     quiet.register(RoutingCollector(None, None, run=lambda a: asked.append(list(a)) or None))
     assert "crosszone_" not in generate_latest(quiet).decode()  # nothing read: nothing made up
     assert asked == [["ip", "-j", "link", "show"]]  # no FRR to ask: vtysh is not run
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_real_prometheus_records_the_rates(tmp_path: Path) -> None:
+    """Prometheus as the emulator starts it, over an exporter whose byte counter grows by
+    1 MB/s: the per-VPC and per-gateway rules give 8 Mbit/s; stop() ends it and removes its
+    data."""
+    import time
+
+    import httpx
+    from prometheus_client import start_http_server
+    from prometheus_client.core import CounterMetricFamily
+
+    t0 = time.monotonic()
+
+    class Growing:
+        def collect(self):
+            b = CounterMetricFamily("crosszone_vpc_bytes", "b", labels=["vpc", "direction"])
+            b.add_metric(["blue", "to_storage"], 1e6 * (time.monotonic() - t0))
+            yield b
+
+    reg = CollectorRegistry()
+    reg.register(Growing())
+    agent_port = _free_port()
+    server, _thread = start_http_server(agent_port, addr="127.0.0.1", registry=reg)
+    try:
+        url = prometheus.start({"gw-x": f"127.0.0.1:{agent_port}"}, None, run_dir=tmp_path,
+                               listen_port=_free_port())
+        pid = prometheus.pid(tmp_path)
+        assert pid is not None
+
+        def value(expr: str) -> float | None:
+            res = httpx.get(f"{url}/api/v1/query", params={"query": expr}, timeout=2).json()
+            got = res["data"]["result"]
+            return float(got[0]["value"][1]) if got else None
+
+        # The first windows hold the start of the series (a rate over less than 5 s): wait
+        # for a full window.
+        deadline = time.monotonic() + 20
+        while not 7e6 < (v := value('crosszone:vpc_bits:rate5s{vpc="blue"}') or 0) < 9e6:
+            assert time.monotonic() < deadline, f"recorded rate {v}, not 8 Mbit/s, after 20 s"
+            time.sleep(0.5)
+        g = value('crosszone:gateway_bits:rate5s{gateway="gw-x",direction="to_storage"}')
+        assert g is not None and 7e6 < g < 9e6, g
+    finally:
+        prometheus.stop(tmp_path)
+        server.shutdown()
+    assert not prometheus.directory(tmp_path).exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

@@ -175,6 +175,17 @@ def test_routing_collector_exports_what_it_can_read() -> None:
     assert 'crosszone_fastpath_attached{device="c0"} 1.0' in text
     assert 'crosszone_fastpath_attached{device="s0"} 0.0' in text
     asked: list[list[str]] = []
+    clock = [0.0]
+    counting = RoutingCollector(["vtysh"], None, run=lambda a: asked.append(list(a)) or None,
+                                every=3.0, now=lambda: clock[0])
+    for t in (0.0, 1.0, 2.9):  # one read serves the scrapes within `every` seconds
+        clock[0] = t
+        counting.snapshot()
+    assert len(asked) == 3  # bgp, bfd, links: once
+    clock[0] = 3.0
+    counting.snapshot()
+    assert len(asked) == 6
+    asked.clear()
     quiet = CollectorRegistry()
     quiet.register(RoutingCollector(None, None, run=lambda a: asked.append(list(a)) or None))
     assert "crosszone_" not in generate_latest(quiet).decode()  # nothing read: nothing made up

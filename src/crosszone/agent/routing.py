@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -76,17 +77,33 @@ def xdp_devices(links_json: str | None) -> dict[str, bool] | None:
 
 
 class RoutingCollector(Collector):
-    """Reads FRR and the links on every scrape. vtysh: the argv prefix that reaches the
-    gateway's FRR (None: no FRR to ask); netns: the gateway's namespace (None: this one)."""
+    """Reads FRR and the links at scrape time, at most once per `every` seconds. vtysh: the
+    argv prefix that reaches the gateway's FRR (None: no FRR to ask); netns: the gateway's
+    namespace (None: this one).
+
+    Why the cache: one vtysh call costs about 30 ms of CPU here, and Prometheus scrapes every
+    second; reading at most every 3 s keeps an agent's share of a core near 2 % instead of 6 %,
+    while a session going down still shows within a few seconds."""
 
     def __init__(self, vtysh: Sequence[str] | None, netns: str | None,
-                 run: Run = run_command) -> None:
+                 run: Run = run_command, every: float = 3.0,
+                 now: Callable[[], float] = time.monotonic) -> None:
         self.vtysh = list(vtysh) if vtysh else None
         self.netns = netns
         self.run = run
+        self.every, self.now = every, now
+        self._cached: tuple[float, dict[str, dict[str, Any] | None]] | None = None
 
     def snapshot(self) -> dict[str, dict[str, Any] | None]:
         """{"bgp": peer -> state, "bfd": peer -> status, "xdp": device -> attached}."""
+        t = self.now()
+        if self._cached is not None and t - self._cached[0] < self.every:
+            return self._cached[1]
+        snap = self._read()
+        self._cached = (t, snap)
+        return snap
+
+    def _read(self) -> dict[str, dict[str, Any] | None]:
         bgp = bfd = None
         if self.vtysh:
             bgp = bgp_sessions(self.run([*self.vtysh, "-c", "show bgp summary json"]))

@@ -426,6 +426,9 @@ def down(ex: Executor, log: Callable[[str], None] = print, sleep: Sleep = time.s
     ex.apply(netns.delete_namespaces(sorted(names)))
     if names:
         log(f"removed {len(names)} namespaces")
+    # Prometheus runs in the root namespace: no sweep finds it, its pidfile does (a lost
+    # state file included).
+    prometheus.stop(sleep=sleep)
     if PIN_ROOT.exists():
         shutil.rmtree(PIN_ROOT, ignore_errors=True)
     if RUN_DIR.exists():

@@ -275,3 +275,19 @@ def test_an_odd_migration_record_breaks_nothing(store, tmp_path: Path, record) -
     console = Console(record=True, width=160)
     console.print(top.render(doc))
     assert "migration: shifting" in console.export_text()
+
+
+def test_migration_route_steps_aside_for_the_engines_own(store) -> None:
+    from fastapi import FastAPI
+
+    from crosszone.control.dashboard_routes import add_dashboard
+
+    app = FastAPI()
+
+    @app.get("/v1/migration")
+    def engine_view() -> dict[str, Any]:
+        return {"state": "engine"}
+
+    add_dashboard(app, Controller(store), None, None)
+    assert [getattr(r, "path", "") for r in app.routes].count("/v1/migration") == 1
+    assert TestClient(app).get("/v1/migration").json() == {"state": "engine"}

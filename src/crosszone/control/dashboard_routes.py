@@ -57,11 +57,14 @@ def add_dashboard(app: FastAPI, controller: Controller, prometheus: str | None,
     """Register the dashboard's routes on the controller's app."""
     prom = dashboard.PrometheusReader(prometheus) if prometheus else None
 
-    @app.get("/v1/migration")
-    def migration() -> dict[str, Any]:
-        """The migration record (state, step, weights, guards, history); state "none"
-        when no migration was ever started."""
-        return _store_guard(lambda: dashboard.migration(controller.store))
+    if not any(getattr(r, "path", None) == "/v1/migration" for r in app.routes):
+        # A read-only view of the record, for an API without the migration engine's own
+        # route (which, when registered first, serves the same record and stays in charge).
+        @app.get("/v1/migration")
+        def migration() -> dict[str, Any]:
+            """The migration record (state, step, weights, guards, history); state "none"
+            when no migration was ever started."""
+            return _store_guard(lambda: dashboard.migration(controller.store))
 
     @app.get("/v1/dashboard")
     async def snapshot(window: float = 300, step: float = 2) -> dict[str, Any]:

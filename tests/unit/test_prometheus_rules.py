@@ -134,10 +134,15 @@ def test_prometheus_config_passes_promtool(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_ports_differ_per_instance() -> None:
-    ports = {prometheus.port(i) for i in ("", "a", "b", "d", "z", "1", "zzz", "aa")}
-    assert len(ports) == 8 and min(ports) == prometheus.BASE_PORT and max(ports) < 65536
-    assert prometheus.url("d").endswith(f":{prometheus.port('d')}")
+def test_the_port_is_in_the_instances_block_after_every_agent() -> None:
+    from crosszone.emulate import control_plane, topology
+
+    base = control_plane.port_base()
+    agents = {int(control_plane.agent_metrics(g).rsplit(":", 1)[1])
+              for g in topology.plan(topology.load(topology.DEFAULT_TOPOLOGY)).gateways}
+    assert prometheus.port() == base + prometheus.PORT_OFFSET
+    assert prometheus.port() not in agents | {base} and max(agents) < prometheus.port()
+    assert prometheus.url() == f"http://127.0.0.1:{prometheus.port()}"
 
 
 def test_stop_without_a_server_removes_the_directory(tmp_path: Path) -> None:

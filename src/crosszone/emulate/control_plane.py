@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from crosszone.emulate import frr, prometheus
+from crosszone.emulate import frr
 from crosszone.emulate.kinds import DeployError
 from crosszone.emulate.topology import INSTANCE, RUN_DIR, Gateway, Plan, router_mac
 
@@ -236,6 +236,7 @@ def _healthz() -> bool:
 def start_controller(p: Plan) -> int:
     """Start the controller (unless running), apply the cluster intent; return its revision."""
     from crosszone.control.client import Client, ControllerError
+    from crosszone.emulate import prometheus  # it numbers its port after ours
 
     CONTROL_DIR.mkdir(parents=True, exist_ok=True)
     if not token_file().exists():

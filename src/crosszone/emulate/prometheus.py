@@ -22,22 +22,24 @@ import httpx
 import yaml
 
 from crosszone.agent.metrics import RECORDING_RULES
-from crosszone.emulate.topology import INSTANCE, RUN_DIR
+from crosszone.emulate import control_plane
+from crosszone.emulate.topology import RUN_DIR
 
 BINARY = "prometheus"
-BASE_PORT = 19090
+#: the controller is at port_base(), agent k at port_base() + k (k <= 16: 8 gateways per kind)
+PORT_OFFSET = 19
 SCRAPE_SECONDS = 1
 
 
-def port(instance: str = INSTANCE) -> int:
-    """The server's port: BASE_PORT for the default instance, one of its own for every other
-    (CROSSZONE_EMULATE_INSTANCE is 1 to 3 characters of [a-z0-9], so base 36 numbers it)."""
-    return BASE_PORT if not instance else BASE_PORT + 1 + int(instance, 36) % 8000
+def port() -> int:
+    """The server's port: the last of the instance's block of loopback ports (the controller
+    has the first, agent k the k-th; control_plane.port_base), so instances never collide."""
+    return control_plane.port_base() + PORT_OFFSET
 
 
-def url(instance: str = INSTANCE) -> str:
+def url() -> str:
     """The server's base URL."""
-    return f"http://127.0.0.1:{port(instance)}"
+    return f"http://127.0.0.1:{port()}"
 
 
 def directory(run_dir: Path = RUN_DIR) -> Path:

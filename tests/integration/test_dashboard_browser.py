@@ -35,10 +35,14 @@ import socket, struct, time
 socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(10)]
 vxlan = struct.pack("!II", 0x08000000, {vni} << 8)   # I flag, VNI in the upper 24 bits
 inner = bytes.fromhex("020000000001020000000002" "0800") + bytes(46)
+started = False
 end = time.monotonic() + {seconds}
 while time.monotonic() < end:
     for s in socks:
         s.sendto(vxlan + inner, ({vtep!r}, 4789))
+    if not started:
+        print("sending", flush=True)   # the test's clock starts at the first frame
+        started = True
     time.sleep(0.01)
 """
 
@@ -118,6 +122,7 @@ def test_dashboard_in_a_browser(deployment: deploy.Deployment, tmp_path: Path) -
         # ---- figures move while traffic flows ----
         done: list[Any] = []
         flow = _traffic(deployment, 25.0, done)
+        t_traffic = time.monotonic()
         first = wait_for("per-VPC rates above zero",
                          lambda: {k: v for k, v in _vpc_rates(driver).items() if v > 0}, 20)
         t0 = time.monotonic()
@@ -130,6 +135,7 @@ def test_dashboard_in_a_browser(deployment: deploy.Deployment, tmp_path: Path) -
         figures["vpc_gbps_max_seen"] = round(gbps, 3)
         wait_for("the per-VPC chart drawn", lambda: driver.execute_script(
             "return document.querySelectorAll('#chart-bits canvas').length > 0"), 10)
+        time.sleep(max(0.0, t_traffic + 16 - time.monotonic()))  # a chart worth a look
         _screenshot(driver, "dashboard.png", tmp_path)
         flow.join(40)
         assert done and not done[0].errors, "the workload failed"
@@ -139,7 +145,9 @@ def test_dashboard_in_a_browser(deployment: deploy.Deployment, tmp_path: Path) -
         vtep = str(deployment.plan.spec.anycast_vtep)
         sender = subprocess.Popen(
             ["ip", "netns", "exec", deployment.plan.hosts[0].ns, sys.executable, "-c",
-             BAD_PACKETS.format(vni=BAD_VNI, seconds=8, vtep=vtep)])
+             BAD_PACKETS.format(vni=BAD_VNI, seconds=12, vtep=vtep)], stdout=subprocess.PIPE,
+            text=True)
+        assert sender.stdout is not None and sender.stdout.readline().strip() == "sending"
         t0 = time.monotonic()
         try:
             new = wait_for("a drop reason for the bad packets", lambda: {

@@ -54,7 +54,9 @@ class FakeProm:
                      "values": [[end, "350000"]]}]
         if expr == "crosszone:verdicts:rate5s":
             return [{"metric": {"verdict": "drop", "reason": "drop_vni_unknown"},
-                     "values": [[end, "12.5"]]}]
+                     "values": [[end, "12.5"]]},
+                    {"metric": {"verdict": "drop", "reason": "drop_route_miss"},  # never fired
+                     "values": [[end - step, "0"], [end, "0"]]}]
         return []
 
     def instant(self, expr: str) -> list[dict[str, Any]]:
@@ -76,15 +78,16 @@ def store(tmp_path: Path) -> SqliteStore:
     s = SqliteStore(str(tmp_path / "s.db"), poll_s=0.001)
     # two puts: the store (and so the controller's desired revision) is at revision 2
     s.put(STATUS + "gw-a", json.dumps({"revision": 2, "health": "ok", "message": ""}).encode())
-    s.put(STATUS + "gw-b", json.dumps({"revision": 7, "health": "degraded",
+    s.put(STATUS + "gw-b", json.dumps({"revision": 1, "health": "degraded",
                                        "message": "store unreachable"}).encode())
     return s
 
 
 def _status() -> dict[str, Any]:
-    return {"desired_revision": 0, "gateways": {
-        "gw-a": {"revision": 0, "health": "ok"},
-        "gw-b": {"revision": 7, "health": "degraded", "message": "store unreachable"}}}
+    # gw-a reports a revision past the intent's (the store moved on with other writes): in sync
+    return {"desired_revision": 5, "gateways": {
+        "gw-a": {"revision": 6, "health": "ok"},
+        "gw-b": {"revision": 3, "health": "degraded", "message": "store unreachable"}}}
 
 
 def test_align_puts_each_value_at_its_step_and_drops_nan_and_outliers() -> None:
@@ -100,7 +103,8 @@ def test_snapshot_without_prometheus_still_shows_gateways_and_migration(store) -
     assert doc["prometheus"]["ok"] is False
     assert "--prometheus" in doc["prometheus"]["error"]
     assert [g["name"] for g in doc["gateways"]] == ["gw-a", "gw-b"]
-    assert doc["gateways"][1]["in_sync"] is False and doc["gateways"][1]["bgp"] is None
+    assert doc["gateways"][0]["in_sync"] is True and doc["gateways"][1]["in_sync"] is False
+    assert doc["gateways"][1]["bgp"] is None
     assert doc["migration"]["step"] == 3 and doc["series"]["vpc_bits"] == []
 
 
@@ -257,8 +261,8 @@ def test_top_renders_the_figures(store) -> None:
     out = re.sub(r"[\s│]+", " ", out)  # cells apart by one space
     assert "blue 4.000 1.000 350,000 -" in out
     assert "drop drop_vni_unknown 12.5" in out
-    assert "gw-a ok 0 1/2 up 1/1 up attached (c0, s0)" in out
-    assert "7 (behind)" in out and "step 3" in out and "25 %" in out and "TRIPPED" in out
+    assert "gw-a ok 6 1/2 up 1/1 up attached (c0, s0)" in out
+    assert "3 (behind)" in out and "step 3" in out and "25 %" in out and "TRIPPED" in out
 
 
 @pytest.mark.parametrize("record", [
@@ -291,3 +295,10 @@ def test_migration_route_steps_aside_for_the_engines_own(store) -> None:
     add_dashboard(app, Controller(store), None, None)
     assert [getattr(r, "path", "") for r in app.routes].count("/v1/migration") == 1
     assert TestClient(app).get("/v1/migration").json() == {"state": "engine"}
+
+
+@pytest.mark.parametrize("applied,desired,want", [(5, 5, True), (9, 5, True), (4, 5, False),
+                                                  (None, 5, False), ("5", 5, False),
+                                                  (5, None, False)])
+def test_in_sync(applied, desired, want) -> None:
+    assert dashboard.in_sync(applied, desired) is want

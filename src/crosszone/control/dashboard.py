@@ -90,6 +90,19 @@ def align(results: list[dict[str, Any]], labels: tuple[str, ...], start: float, 
     return sorted(out, key=lambda s: [s[k] for k in labels])
 
 
+def in_sync(applied: Any, desired: Any) -> bool:
+    """Whether a gateway runs the desired intent. An agent reports the store revision it has
+    read up to, which other writes (status reports, the migration record) move past the
+    intent's own revision: at or after it is in sync."""
+    return isinstance(applied, int) and isinstance(desired, int) and applied >= desired
+
+
+def active(series: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The series with a rate above zero somewhere in the window (a reason that never fired
+    is not worth a line or a row)."""
+    return [s for s in series if any(v for v in s["values"] if v is not None)]
+
+
 def _gauges(prom: PrometheusReader) -> dict[str, dict[str, dict[str, float]]]:
     """gauge -> gateway -> {peer/device: value}."""
     out: dict[str, dict[str, dict[str, float]]] = {}
@@ -116,7 +129,8 @@ def gateways(status: dict[str, Any], gauges: dict[str, dict[str, dict[str, float
     rows = []
     for name, s in sorted(status.get("gateways", {}).items()):
         row: dict[str, Any] = {"name": name, "health": s.get("health", "unknown"),
-                               "revision": s.get("revision"), "in_sync": s.get("revision") == want,
+                               "revision": s.get("revision"),
+                               "in_sync": in_sync(s.get("revision"), want),
                                "message": s.get("message", "") or "",
                                "bgp": None, "bfd": None, "attached": None, "scraped": None}
         if gauges is not None:
@@ -171,6 +185,7 @@ def snapshot(status: dict[str, Any], store: Store, prom: PrometheusReader | None
             for key, (expr, labels) in SERIES.items():
                 doc["series"][key] = align(prom.range(expr, start, end, step), labels, start,
                                            step, points)
+            doc["series"]["verdicts"] = active(doc["series"]["verdicts"])
             gauges = _gauges(prom)
             doc["prometheus"]["ok"] = True
         except PrometheusError as exc:

@@ -2,7 +2,7 @@
 
     crosszone_desired_revision                     the intent revision the controller serves
     crosszone_gateway_revision{gateway}            the revision each gateway last reported
-    crosszone_gateway_in_sync{gateway}             1 if that is the desired revision
+    crosszone_gateway_in_sync{gateway}             1 if it is at or after the desired one
     crosszone_gateway_health{gateway,health}       1 for the gateway's reported health
     crosszone_migration_step                       the migration's step (absent without one)
     crosszone_migration_weight_new_ratio           share of traffic on the new gateways, 0..1
@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from crosszone.control.dashboard import in_sync
 from crosszone.store.store import StoreUnavailable
 
 
@@ -44,7 +45,7 @@ class ControllerCollector(Collector):
         rev = GaugeMetricFamily("crosszone_gateway_revision",
                                 "Revision each gateway last reported", labels=["gateway"])
         sync = GaugeMetricFamily("crosszone_gateway_in_sync",
-                                 "1 if the gateway applied the desired revision",
+                                 "1 if the gateway applied the desired revision (or later)",
                                  labels=["gateway"])
         health = GaugeMetricFamily("crosszone_gateway_health",
                                    "1 for the health the gateway reported",
@@ -53,7 +54,7 @@ class ControllerCollector(Collector):
             r = s.get("revision")
             if isinstance(r, int):
                 rev.add_metric([gw], float(r))
-            sync.add_metric([gw], 1.0 if r == want else 0.0)
+            sync.add_metric([gw], 1.0 if in_sync(r, want) else 0.0)
             health.add_metric([gw, str(s.get("health", "unknown"))], 1.0)
         yield rev
         yield sync

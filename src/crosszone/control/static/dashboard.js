@@ -91,6 +91,12 @@ function drawVpcs(doc) {
 }
 
 function drawReasons(doc) {
+  if (!doc.series.verdicts.length) {
+    const tr = el("tr", {});
+    tr.append(el("td", {colspan: "3", class: "muted"}, "no drop or pass in the window"));
+    replaceRows(document.querySelector("#reasons tbody"), [tr]);
+    return;
+  }
   replaceRows(document.querySelector("#reasons tbody"), doc.series.verdicts.map((s) => {
     const v = last(s.values);
     const tr = el("tr", {"data-reason": s.reason, "data-verdict": s.verdict});
@@ -105,10 +111,19 @@ function drawReasons(doc) {
 // otherwise only its data is replaced.
 function drawChart(id, doc, series, label, scale) {
   const box = document.getElementById(id);
+  // From the first step any series has a value: a young deployment fills the chart's width.
   const n = doc.series.points;
-  const xs = Array.from({length: n}, (_, i) => doc.series.start + i * doc.series.step);
+  let first = n - 1;
+  for (const s of series) {
+    const i = s.values.findIndex((v) => v !== null);
+    if (i >= 0 && i < first) first = i;
+  }
+  first = Math.max(0, Math.min(first, n - 30));
+  const xs = Array.from({length: n - first}, (_, i) => doc.series.start
+                        + (first + i) * doc.series.step);
   const keys = series.map(label);
-  const data = [xs, ...series.map((s) => s.values.map((v) => v === null ? null : v / scale))];
+  const data = [xs, ...series.map((s) => s.values.slice(first)
+    .map((v) => v === null ? null : v / scale))];
   const have = charts[id];
   if (have && have.keys.join("\n") === keys.join("\n")) {
     have.plot.setData(data);

@@ -22,6 +22,8 @@ from typing import Any
 import yaml
 
 from crosszone.emulate.kinds import DeployError
+from crosszone.intent.cluster import migrate_v1
+from crosszone.intent.schema import Policy
 from crosszone.emulate.topology import RUN_DIR, Gateway, Plan, router_mac
 from crosszone.linux.netns import Cmd, Executor, Op, WriteFile
 
@@ -49,7 +51,14 @@ def intent_path(gw: Gateway) -> Path:
 
 
 def intent(p: Plan, gw: Gateway) -> dict[str, Any]:
-    """The intent document (docs/intent.md, version 1) for one crosszone gateway."""
+    """The intent document (docs/intent.md) for one crosszone gateway: its version-1 form
+    migrated to version 2, which carries the topology's traffic policy."""
+    doc = migrate_v1(_intent_v1(p, gw))
+    doc["policy"] = p.spec.policy.model_dump(include=set(Policy.model_fields))
+    return doc
+
+
+def _intent_v1(p: Plan, gw: Gateway) -> dict[str, Any]:
     vpcs = [
         {
             "name": f"vpc-{vpc.name}",

@@ -27,6 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from crosszone.abi.objects import ROOT
 from crosszone.emulate import kinds
+from crosszone.emulate.queues import QueueSpec
+from crosszone.intent.schema import Policy
 from crosszone.linux.links import Link
 from crosszone.workload.runner import Targets, WorkerEndpoint
 
@@ -137,6 +139,14 @@ class BfdSpec(_Strict):
     multiplier: int = Field(default=5, ge=2, le=255)
 
 
+class PolicySpec(Policy):
+    """The traffic policy of every gateway in the emulation: the intent's `policy` block
+    (docs/policy.md) for the crosszone gateways, the legacy gateways' nftables marking from the
+    same values. `enabled` off: nothing is marked, every queue is one FIFO."""
+
+    enabled: bool = False
+
+
 class TopologySpec(_Strict):
     """The YAML document."""
 
@@ -151,6 +161,9 @@ class TopologySpec(_Strict):
     # MTU of the compute-zone links that carry VXLAN; everything inside a VPC and the storage
     # zone gets 50 bytes less (the outer headers), e.g. 9000 -> 8950.
     underlay_mtu: int = Field(default=UNDERLAY_MTU, ge=1330, le=9000)
+    # Rate-limited priority queues at the bottleneck ports (emulate/queues.py); none by default.
+    queues: QueueSpec | None = None
+    policy: PolicySpec = PolicySpec()
 
     @field_validator("vpcs")
     @classmethod
@@ -172,6 +185,8 @@ class TopologySpec(_Strict):
     def _some_gateway(self) -> TopologySpec:
         if self.gateways.total == 0:
             raise ValueError("at least one gateway is needed")
+        if self.policy.small_dscp == self.policy.bulk_dscp:
+            raise ValueError("policy: small_dscp and bulk_dscp must differ")
         return self
 
 

@@ -102,7 +102,8 @@ class WorkloadResult:
         }
 
 
-def worker_argv(targets: Targets, ep_index: int, duration: float, loaders: int) -> list[str]:
+def worker_argv(targets: Targets, ep_index: int, duration: float, loaders: int,
+                warmup: float = 0.0) -> list[str]:
     """Command line of the worker of endpoint number `ep_index`."""
     ep = targets.endpoints[ep_index]
     servers = list(targets.servers)
@@ -115,7 +116,7 @@ def worker_argv(targets: Targets, ep_index: int, duration: float, loaders: int) 
             "--shard-bytes", str(targets.shard_size_mib << 20),
             "--block-bytes", str(min(4, targets.shard_size_mib) << 20),
             "--ckpt-bytes", str(ckpt), "--seed", str(ep_index + 1),
-            "--nice", str(WORKLOAD_NICE)]
+            "--nice", str(WORKLOAD_NICE)] + (["--warmup", str(warmup)] if warmup else [])
 
 
 def _live_table(progress: dict[str, dict[str, Any]], elapsed: float, duration: float) -> Table:
@@ -133,10 +134,11 @@ def _live_table(progress: dict[str, dict[str, Any]], elapsed: float, duration: f
 
 
 def run(targets: Targets, duration: float = 15.0, loaders: int = 2,
-        console: Console | None = None) -> WorkloadResult:
-    """Run one worker per endpoint, show progress, return the merged result."""
+        console: Console | None = None, warmup: float = 0.0) -> WorkloadResult:
+    """Run one worker per endpoint, show progress, return the merged result (small requests of
+    the first `warmup` seconds untimed)."""
     console = console or Console()
-    procs = {ep.name: subprocess.Popen(worker_argv(targets, i, duration, loaders),
+    procs = {ep.name: subprocess.Popen(worker_argv(targets, i, duration, loaders, warmup),
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i, ep in enumerate(targets.endpoints)}
     progress: dict[str, dict[str, Any]] = {name: {} for name in procs}

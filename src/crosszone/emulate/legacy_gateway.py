@@ -58,6 +58,20 @@ def _policy_chain(family: str, p: Plan) -> list[str]:
     ]
 
 
+def _to_storage(match: str, rewrite: str, track: str) -> list[str]:
+    """The compute -> storage translation rule(s); with conntrack (`track` = `ct zone set`), a
+    connection's opening SYN goes untracked. Conntrack sees only this direction of the
+    connection (the reply's addresses are rewritten before it looks), so an entry made by the
+    SYN would wait for a SYN-ACK forever and call every later packet of the direction invalid
+    (no entry, no byte count, no mark); made by the first ACK instead (`tcp_loose` pickup), it
+    is established and counts. The first rule rewrites the source, so the second no longer
+    matches that packet."""
+    rules = [f"    {match} {rewrite} {track}"]
+    if track.startswith("ct "):
+        rules.insert(0, f"    {match} tcp flags & (syn | ack) == syn {rewrite} notrack")
+    return rules
+
+
 def _table(family: str, pre: list[str], pairs: list[str], policy: list[str]) -> list[str]:
     return [
         f"table {family} czgw",
@@ -94,10 +108,9 @@ def nft_ruleset(p: Plan) -> str:
         # Without the policy no per-flow state is ever made; with it, conntrack counts bytes.
         notrack = f"ct zone set {v}" if p.spec.policy.enabled else "notrack"
         host = str(vpc.prefix.hostmask)
-        pre.append(
-            f'    iifname "{dev}" ip saddr {vpc.prefix} '
-            f"ip saddr set ip saddr & {host} | {vpc.storage_facing.network_address} {notrack}"
-        )
+        pre += _to_storage(
+            f'iifname "{dev}" ip saddr {vpc.prefix}',
+            f"ip saddr set ip saddr & {host} | {vpc.storage_facing.network_address}", notrack)
         pre.append(
             f'    iifname "s0" ip daddr {vpc.storage_facing} '
             f"ip daddr set ip daddr & {host} | {vpc.prefix.network_address} "
@@ -106,10 +119,10 @@ def nft_ruleset(p: Plan) -> str:
         pairs += [f'"{dev}" . "s0" : accept', f'"s0" . "{dev}" : accept']
         if vpc.prefix6 is not None and vpc.storage_facing6 is not None:
             host6 = str(vpc.prefix6.hostmask)
-            pre6.append(
-                f'    iifname "{dev}" ip6 saddr {vpc.prefix6} ip6 saddr set ip6 saddr & {host6}'
-                f" | {vpc.storage_facing6.network_address} {notrack}"
-            )
+            pre6 += _to_storage(
+                f'iifname "{dev}" ip6 saddr {vpc.prefix6}',
+                f"ip6 saddr set ip6 saddr & {host6} | {vpc.storage_facing6.network_address}",
+                notrack)
             pre6.append(
                 f'    iifname "s0" ip6 daddr {vpc.storage_facing6} ip6 daddr set ip6 daddr & '
                 f"{host6} | {vpc.prefix6.network_address} meta mark set {mark} {notrack}"

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.unit.test_emulate_frr import _golden
 
 from crosszone.abi.objects import BUILD_DIR
 from crosszone.emulate import crosszone_gateway, legacy_gateway, policy, queues, topology
 from crosszone.intent.cluster import parse_cluster
 from crosszone.linux.netns import Cmd
-from tests.unit.test_emulate_frr import _golden
 
 pytestmark = pytest.mark.unit
 
@@ -54,7 +54,7 @@ def test_constants_mirror_the_c_header() -> None:
     found = dict(re.findall(r"#define (CZ_QUEUE_\w+)\s+(\w+)", header))
     assert int(found["CZ_QUEUE_MAJOR"], 0) == queues.QUEUE_MAJOR
     assert int(found["CZ_QUEUE_DSCP_BASE"], 0) == queues.QUEUE_DSCP_BASE
-    assert queues.DEFAULT_MINOR > queues.class_minor(63)
+    assert queues.class_minor(63) < queues.DEFAULT_MINOR
 
 
 def test_every_shaped_port_gets_three_classes_and_the_classifier() -> None:

@@ -22,9 +22,9 @@ from typing import Any
 import yaml
 
 from crosszone.emulate.kinds import DeployError
+from crosszone.emulate.topology import RUN_DIR, Gateway, Plan, router_mac
 from crosszone.intent.cluster import migrate_v1
 from crosszone.intent.schema import Policy
-from crosszone.emulate.topology import RUN_DIR, Gateway, Plan, router_mac
 from crosszone.linux.netns import Cmd, Executor, Op, WriteFile
 
 POOL = "storage"

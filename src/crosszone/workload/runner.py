@@ -103,7 +103,7 @@ class WorkloadResult:
 
 
 def worker_argv(targets: Targets, ep_index: int, duration: float, loaders: int,
-                warmup: float = 0.0) -> list[str]:
+                warmup: float = 0.0, bulk: bool = True) -> list[str]:
     """Command line of the worker of endpoint number `ep_index`."""
     ep = targets.endpoints[ep_index]
     servers = list(targets.servers)
@@ -116,7 +116,8 @@ def worker_argv(targets: Targets, ep_index: int, duration: float, loaders: int,
             "--shard-bytes", str(targets.shard_size_mib << 20),
             "--block-bytes", str(min(4, targets.shard_size_mib) << 20),
             "--ckpt-bytes", str(ckpt), "--seed", str(ep_index + 1),
-            "--nice", str(WORKLOAD_NICE)] + (["--warmup", str(warmup)] if warmup else [])
+            "--nice", str(WORKLOAD_NICE)] + (["--warmup", str(warmup)] if warmup else []) + (
+                [] if bulk else ["--loaders", "0", "--ckpt-parallel", "0"])
 
 
 def _live_table(progress: dict[str, dict[str, Any]], elapsed: float, duration: float) -> Table:
@@ -134,11 +135,11 @@ def _live_table(progress: dict[str, dict[str, Any]], elapsed: float, duration: f
 
 
 def run(targets: Targets, duration: float = 15.0, loaders: int = 2,
-        console: Console | None = None, warmup: float = 0.0) -> WorkloadResult:
+        console: Console | None = None, warmup: float = 0.0, bulk: bool = True) -> WorkloadResult:
     """Run one worker per endpoint, show progress, return the merged result (small requests of
-    the first `warmup` seconds untimed)."""
+    the first `warmup` seconds untimed; without `bulk`, small requests only)."""
     console = console or Console()
-    procs = {ep.name: subprocess.Popen(worker_argv(targets, i, duration, loaders, warmup),
+    procs = {ep.name: subprocess.Popen(worker_argv(targets, i, duration, loaders, warmup, bulk),
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i, ep in enumerate(targets.endpoints)}
     progress: dict[str, dict[str, Any]] = {name: {} for name in procs}

@@ -16,7 +16,7 @@ import yaml
 from tests.unit.test_emulate_frr import _golden
 
 from crosszone.abi.objects import BUILD_DIR
-from crosszone.emulate import crosszone_gateway, legacy_gateway, policy, queues, topology
+from crosszone.emulate import control_plane, legacy_gateway, policy, queues, topology
 from crosszone.intent.cluster import parse_cluster
 from crosszone.linux.netns import Cmd
 
@@ -136,22 +136,20 @@ def test_legacy_policy_marks_by_flow_bytes_and_leaves_syn_untracked() -> None:
 def test_crosszone_intent_carries_the_policy() -> None:
     p = _plan(policy={"enabled": True, "elephant_bytes": 4096, "small_dscp": 46,
                       "bulk_dscp": 8, "flowlet_gap_us": 200})
-    gw = p.gateways_of("crosszone")[0]
-    doc = crosszone_gateway.intent(p, gw)
-    cluster = parse_cluster(yaml.safe_dump(doc))
+    cluster = parse_cluster(yaml.safe_dump(control_plane.cluster_intent(p)))
     assert cluster.policy.elephant_bytes == 4096
     assert cluster.policy.bulk_dscp == 8 and cluster.policy.flowlet_gap_us == 200
     if "enabled" in type(cluster.policy).model_fields:
         assert cluster.policy.enabled is True
 
 
-def test_policy_switch_reaches_every_kind() -> None:
+def test_policy_switch_reloads_every_legacy_gateway() -> None:
     p = _plan()
     on = policy.with_policy(p, True)
     assert on.spec.policy.enabled and not p.spec.policy.enabled
     assert on.spec.policy.elephant_bytes == p.spec.policy.elephant_bytes
-    xgws = [g.name for g in on.gateways_of("crosszone")]
-    ops = [str(op) for op in policy.policy_ops(on, {xgws[0]: True})]
+    ops = [str(op) for op in policy.legacy_ops(on)]
     assert sum("nft -f -" in op for op in ops) == len(on.gateways_of("legacy"))
-    attaches = [op for op in ops if " fastpath attach " in op]
-    assert len(attaches) == 1 and f"--netns {on.gateways_of('crosszone')[0].ns}" in attaches[0]
+    assert all(any(g.ns in op for op in ops) for g in on.gateways_of("legacy"))
+    off_ops = policy.legacy_ops(p)
+    assert not any("conntrack" in str(op) for op in off_ops)

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from crosszone.emulate import deploy, kinds, topology
+from crosszone.emulate import control_plane, deploy, kinds, topology
 from crosszone.emulate import state as st
 from crosszone.linux import netns
 
@@ -54,6 +54,12 @@ def status_table(dep: deploy.Deployment) -> Table:
     table.add_row("fast path", ", ".join(f"{k}={'attached' if v else 'no'}"
                                          for k, v in (state.fastpath if state else {}).items())
                   or "none attached")
+    cp = control_plane.describe(dep.plan)
+    if cp:
+        running = sum(a["running"] for a in cp["agents"].values())
+        table.add_row("control plane", f"controller {cp['controller']['url']} "
+                      f"({'running' if cp['controller']['running'] else 'not running'}), "
+                      f"{running}/{len(cp['agents'])} agents running")
     by_addr = {f"g{g.index}": g.name for g in dep.plan.gateways}
     if existing:
         c, s = dep.route_hops()
@@ -108,7 +114,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             print(json.dumps({"up": state is not None and state.complete,
                               "active": state.active if state else None,
                               "compute_nexthops": sorted(names.get(x, x) for x in c),
-                              "storage_nexthops": sorted(names.get(x, x) for x in s)}))
+                              "storage_nexthops": sorted(names.get(x, x) for x in s),
+                              **control_plane.describe(dep.plan)}))
             return
         Console().print(status_table(dep))
 

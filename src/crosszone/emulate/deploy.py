@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from crosszone.emulate import frr, kinds, queues, storage
+from crosszone.emulate import control_plane, frr, kinds, queues, storage
 from crosszone.emulate import state as st
 from crosszone.emulate.topology import (
     PIN_ROOT,
@@ -167,7 +167,7 @@ def pidfiles(p: Plan) -> list[Path]:
     files = [frr.frr_dir(ns) / f"{d}.pid"
              for ns in [p.compute_router_ns, p.storage_router_ns] + [g.ns for g in p.gateways]
              for d in frr.DAEMONS]
-    return files + [storage.pidfile(n) for n in p.storage_nodes]
+    return files + [storage.pidfile(n) for n in p.storage_nodes] + control_plane.pidfiles(p)
 
 
 @dataclass
@@ -407,13 +407,14 @@ def down(ex: Executor, log: Callable[[str], None] = print, sleep: Sleep = time.s
     names = set(netns.list_namespaces(ex, PREFIX))
     if state:
         names |= {n for n in state.namespaces if n in names}
+        # Daemons first: an agent left running would keep programming what is being detached.
+        pids = [pid for f in state.pidfiles if (pid := _read_pid(Path(f))) is not None]
+        _kill_pids(pids, sleep)
         for gw_name, attached in state.fastpath.items():
             ns = f"{PREFIX}{gw_name}"
             kind = kinds.by_gateway_name(gw_name)
             if attached and ns in names and kind is not None:
                 ex.apply(kind.detach(ns, PIN_ROOT / gw_name))
-        pids = [pid for f in state.pidfiles if (pid := _read_pid(Path(f))) is not None]
-        _kill_pids(pids, sleep)
     # Sweep: whatever still runs inside our namespaces (workers, daemons of a lost state file).
     for ns in sorted(names):
         out = ex.output(["ip", "netns", "pids", ns], check=False)

@@ -1,16 +1,17 @@
 """Turn the traffic policy of a running emulation on or off, on every gateway at once.
 
 The policy's values live in the topology (`policy:`, the intent's `policy` block); this module
-flips `enabled` and pushes the result where each kind reads it: a crosszone gateway gets a new
-intent file and a re-attach (`fastpath attach` diffs the pinned maps and writes only what
-changed, without a moment unprogrammed), a legacy gateway reloads its nftables ruleset
-(`legacy_gateway.policy_ops`: conntrack byte counters and DSCP marks, or `notrack` and no marks).
+flips `enabled` and pushes the result where each kind reads it: for the crosszone gateways the
+cluster intent goes to the controller (its API, as `crosszone apply` does) and every agent
+applies the new revision to its gateway's maps (a diff, without a moment unprogrammed); a
+legacy gateway reloads its nftables ruleset (`legacy_gateway.policy_ops`: conntrack byte
+counters and DSCP marks, or `notrack` and no marks).
 The queues need nothing: without marks every packet is in their default class, one FIFO.
 """
 
 from __future__ import annotations
 
-from crosszone.emulate import crosszone_gateway, legacy_gateway
+from crosszone.emulate import control_plane, legacy_gateway
 from crosszone.emulate import state as st
 from crosszone.emulate.topology import Plan, plan
 from crosszone.linux.netns import Executor, Op
@@ -23,22 +24,23 @@ def with_policy(p: Plan, enabled: bool) -> Plan:
     return plan(spec)
 
 
-def policy_ops(p: Plan, attached: dict[str, bool]) -> list[Op]:
-    """What every gateway needs to apply `p.spec.policy` (crosszone ones only when attached)."""
-    ops: list[Op] = []
-    for gw in p.gateways:
-        if gw.kind == legacy_gateway.KIND.name:
-            ops += legacy_gateway.policy_ops(p, gw)
-        elif gw.kind == crosszone_gateway.KIND.name and attached.get(gw.name):
-            ops += crosszone_gateway.intent_ops(p, gw) + crosszone_gateway.attach_ops(gw)
-    return ops
+def legacy_ops(p: Plan) -> list[Op]:
+    """What the legacy gateways need to apply `p.spec.policy`: their rulesets, reloaded."""
+    return [op for gw in p.gateways_of(legacy_gateway.KIND.name)
+            for op in legacy_gateway.policy_ops(p, gw)]
 
 
 def set_policy(ex: Executor, p: Plan, enabled: bool) -> Plan:
-    """Apply the policy on or off to a running deployment; returns its new plan."""
+    """Apply the policy on or off to a running deployment, and wait until every crosszone
+    agent has applied it; returns the deployment's new plan."""
     new = with_policy(p, enabled)
     state = st.load()
-    ex.apply(policy_ops(new, state.fastpath if state else {}))
+    ex.apply(legacy_ops(new))
+    attached = [g for g in control_plane.gateways(new) if state and state.fastpath.get(g.name)]
+    if attached:
+        revision = control_plane.start_controller(new)
+        for gw in attached:
+            control_plane.wait_applied(gw, revision)
     if state is not None:
         state.spec = new.spec.model_dump(mode="json")
         st.save(state)

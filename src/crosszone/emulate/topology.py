@@ -39,7 +39,8 @@ def _instance() -> str:
     see, sweep or remove each other's namespaces, pins or files."""
     value = os.environ.get("CROSSZONE_EMULATE_INSTANCE", "")
     if value and not re.fullmatch(r"[a-z0-9]{1,3}", value):
-        raise ValueError(f"CROSSZONE_EMULATE_INSTANCE={value!r}: use 1 to 3 lower-case letters or digits")
+        raise ValueError(f"CROSSZONE_EMULATE_INSTANCE={value!r}: "
+                         "use 1 to 3 lower-case letters or digits")
     return value
 
 
@@ -57,6 +58,9 @@ UNDERLAY_MTU = 1550
 INNER_MTU = 1500
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
 VXLAN_PORT = 4789  # the hosts' vSwitches and every gateway kind
+# The storage router answers on one MAC on all its gateway-facing ports (as routers do), so the
+# cluster intent's one storage next hop serves every gateway.
+STORAGE_ROUTER_MAC = "02:20:00:00:00:01"
 MAX_PER_KIND = 8  # gateways of one kind (interface and MAC numbering has room for more)
 
 class TopologyError(ValueError):
@@ -381,7 +385,7 @@ def plan(spec: TopologySpec) -> Plan:
             compute_addr=f"10.10.{k}.2", compute_peer=f"10.10.{k}.1",
             compute_mac=_mac(0x10, k, 2), compute_peer_mac=_mac(0x10, k, 1),
             storage_addr=f"10.20.{k}.2", storage_peer=f"10.20.{k}.1",
-            storage_mac=_mac(0x20, k, 2), storage_peer_mac=_mac(0x20, k, 1),
+            storage_mac=_mac(0x20, k, 2), storage_peer_mac=STORAGE_ROUTER_MAC,
             storage_addr6=f"fd20:{k}::2", storage_peer6=f"fd20:{k}::1",
         )
         gateways.append(gw)

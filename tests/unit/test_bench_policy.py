@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crosszone.bench import policy
+from crosszone.bench import fairness, policy
 from crosszone.workload import runner
 
 pytestmark = pytest.mark.unit
@@ -59,3 +59,33 @@ def test_summary_without_rounds_does_not_divide_by_zero() -> None:
     s = policy.summary("legacy", [], None)
     assert s["small_p99_improvement"] == 0.0 and s["met"] is False
     assert "floor_small_p99_ms" not in s
+
+
+def _tenant_result() -> runner.WorkloadResult:
+    res = runner.WorkloadResult(duration_s=10.0, endpoints=4)
+    for name, gb, lat in (("h1-a", 0.3, 50), ("h2-a", 0.3, 70), ("h1-b", 0.1, 5), ("h2-b", 0.1, 6)):
+        res.per_endpoint[name] = {"read_bytes": int(gb * 10 / 8 * 1e9), "written_bytes": 0,
+                                  "small": 1, "errors": 0, "small_lat_us": [lat * 1000] * 10}
+    return res
+
+
+def test_fairness_splits_goodput_and_latency_by_tenant() -> None:
+    t = fairness.tenants(_tenant_result(), 10.0)
+    assert t["a"]["bulk_gbps"] == pytest.approx(0.6) and t["b"]["bulk_gbps"] == pytest.approx(0.2)
+    assert t["a"]["small_p99_ms"] == 70.0 and t["b"]["small_p99_ms"] == 6.0
+    line = fairness.round_line("off", 0, _tenant_result(), "a", 10.0)
+    assert line["other_share"] == 0.25
+    s = fairness.summary([line, dict(line, fairness="on", other_share=0.5)], "a", 100)
+    assert s["other_share_off"] == 0.25 and s["other_share_on"] == 0.5
+
+
+def test_vpc_rates_reach_the_cluster_intent() -> None:
+    from crosszone.emulate import control_plane, topology
+    from crosszone.emulate import policy as pol
+
+    p = topology.plan(topology.load(fairness.POLICY_TOPOLOGY))
+    assert all("rate_mbps" not in v for v in control_plane.cluster_intent(p)["vpcs"])
+    limited = pol.with_vpc_rates(p, {"a": 50})
+    vpcs = {v["name"]: v for v in control_plane.cluster_intent(limited)["vpcs"]}
+    assert vpcs["vpc-a"]["rate_mbps"] == 50 and "rate_mbps" not in vpcs["vpc-b"]
+    assert pol.with_vpc_rates(limited, {"a": None}).spec == p.spec

@@ -139,6 +139,24 @@ def bench_policy(
               gateway_kinds=tuple(k for k in gateways.split(",") if k))
 
 
+def bench_fairness(
+    as_json: bool = typer.Option(True, "--json/--no-json", help="JSON lines (the only format)."),
+    rounds: int = typer.Option(2, "--rounds", min=1, max=20),
+    duration: float = typer.Option(15.0, "--duration", min=5.0, max=300.0),
+    greedy: str = typer.Option("a", "--greedy", help="the greedy tenant's VPC"),
+    greedy_loaders: int = typer.Option(6, "--greedy-loaders", min=1, max=16),
+    rate_mbps: int = typer.Option(100, "--rate-mbps", min=1,
+                                  help="the greedy tenant's rate per gateway, when on"),
+) -> None:
+    """Two tenants, one greedy: bulk goodput per tenant without and with a per-tenant rate."""
+    from crosszone.bench.fairness import run_bench
+
+    _need_root("the emulator creates network namespaces")
+    run_bench(lambda line: print(json.dumps(line), flush=True), rounds=rounds,
+              duration=duration, greedy=greedy, greedy_loaders=greedy_loaders,
+              rate_mbps=rate_mbps)
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add every benchmark to `crosszone bench`."""
     bench_app.command("fastpath")(bench_fastpath)
@@ -146,3 +164,4 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     bench_app.command("control")(bench_control)
     bench_app.command("simulate")(bench_simulate)
     bench_app.command("policy")(bench_policy)
+    bench_app.command("fairness")(bench_fairness)

@@ -141,7 +141,8 @@ def cluster_intent(p: Plan) -> dict[str, Any]:
                 + ([str(vpc.storage_facing6)] if vpc.storage_facing6 else []),
                 "router_mac": router_mac(v),
                 "storage_pools": [POOL],
-            }
+            } | {k: getattr(vpc, k) for k in ("rate_mbps", "burst_kib")
+                 if getattr(vpc, k) is not None}
             for v, vpc in enumerate(p.spec.vpcs, start=1)
         ],
         "hosts": [

@@ -33,7 +33,20 @@ def legacy_ops(p: Plan) -> list[Op]:
 def set_policy(ex: Executor, p: Plan, enabled: bool) -> Plan:
     """Apply the policy on or off to a running deployment, and wait until every crosszone
     agent has applied it; returns the deployment's new plan."""
-    new = with_policy(p, enabled)
+    return apply(ex, with_policy(p, enabled))
+
+
+def with_vpc_rates(p: Plan, rates_mbps: dict[str, int | None]) -> Plan:
+    """The same deployment with these VPCs' rates (per-tenant fairness; None: no limit)."""
+    vpcs = tuple(v.model_copy(update={"rate_mbps": rates_mbps[v.name]})
+                 if v.name in rates_mbps else v for v in p.spec.vpcs)
+    return plan(p.spec.model_copy(update={"vpcs": vpcs}))
+
+
+def apply(ex: Executor, new: Plan) -> Plan:
+    """Push a changed policy or tenant rates to every gateway of the running deployment: the
+    legacy rulesets, and the cluster intent through the controller, waiting until every
+    attached crosszone gateway's agent has applied it. Returns `new`."""
     state = st.load()
     ex.apply(legacy_ops(new))
     attached = [g for g in control_plane.gateways(new) if state and state.fastpath.get(g.name)]

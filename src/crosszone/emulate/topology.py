@@ -79,6 +79,10 @@ class VpcSpec(_Strict):
     # IPv6 inside the VPC (optional): the same 1:1 stateless translation, per family.
     prefix6: ipaddress.IPv6Network | None = None
     storage_facing6: ipaddress.IPv6Network | None = None
+    # Per-tenant fairness: the VPC's rate, a token bucket in the crosszone fast path (the
+    # intent's `vpcs[].rate_mbps` / `burst_kib`); none by default.
+    rate_mbps: int | None = Field(default=None, ge=1, le=100_000_000)
+    burst_kib: int | None = Field(default=None, ge=16, le=1 << 22)
 
     @model_validator(mode="after")
     def _same_length(self) -> VpcSpec:

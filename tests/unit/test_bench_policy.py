@@ -14,14 +14,22 @@ Ip: 1 64
 Tcp: RtoAlgorithm InSegs OutSegs
 Tcp: 1 1000 900
 """
-NETSTAT = """TcpExt: SyncookiesSent TCPOFOQueue
-TcpExt: 0 25
+NETSTAT = """TcpExt: SyncookiesSent TCPOFOQueue TCPSACKReorder TCPTSReorder
+TcpExt: 0 25 3 2
 """
 
 
 def test_counters_pair_names_with_values() -> None:
     c = policy._counters(SNMP + NETSTAT)
     assert c["TcpInSegs"] == 1000 and c["TcpExtTCPOFOQueue"] == 25 and c["IpDefaultTTL"] == 64
+
+
+def test_tcp_counters_count_detected_reordering_over_segments_sent() -> None:
+    from crosszone.linux.netns import RecordingExecutor
+
+    ex = RecordingExecutor()
+    ex.output = lambda argv, check=True: SNMP + NETSTAT  # type: ignore[method-assign]
+    assert policy.tcp_counters(ex, ["n1", "n2"]) == (1800, 10)
 
 
 def _res(p99_ms: float, loader_gbps: float) -> runner.WorkloadResult:
@@ -31,7 +39,7 @@ def _res(p99_ms: float, loader_gbps: float) -> runner.WorkloadResult:
 
 
 def test_round_line_has_the_contract_keys() -> None:
-    line = policy.round_line("crosszone", "on", 0, _res(5, 0.4), segs=2000, ofo=10)
+    line = policy.round_line("crosszone", "on", 0, _res(5, 0.4), segs=2000, reordered=10)
     for key in ("policy", "small_p50_ms", "small_p99_ms", "small_p999_ms", "bulk_gbps",
                 "checkpoint_gbps", "reordered_pct"):
         assert key in line

@@ -12,9 +12,11 @@ One JSON line per round and setting, a summary per gateway kind (medians of the 
 ceiling of what any policy can give here: if the policy's p99 is near the floor, what remains
 is the box (CPU scheduling, the Python clients), not the queues.
 
-`reordered_pct`: TCP segments that arrived out of order (TcpExtTCPOFOQueue) per 100 segments
-received (TcpInSegs), over the endpoints and the storage nodes: what a flowlet move or a
-priority change inside a flow costs the receivers.
+`reordered_pct`: reordering the TCP senders detected (TcpExt TCPSACKReorder + TCPTSReorder +
+TCPRenoReorder: events, each a segment that arrived after later ones, not a loss) per 100
+segments sent (TcpOutSegs), over the endpoints and the storage nodes: what a flowlet move or a
+priority change inside a flow costs. (Out-of-order arrivals at the receivers, TCPOFOQueue,
+would count every loss too: the segments behind a dropped one arrive "out of order".)
 """
 
 from __future__ import annotations
@@ -54,26 +56,29 @@ def _counters(text: str) -> dict[str, int]:
     return out
 
 
+REORDER_COUNTERS = ("TcpExtTCPSACKReorder", "TcpExtTCPTSReorder", "TcpExtTCPRenoReorder")
+
+
 def tcp_counters(ex: netns.Executor, namespaces: list[str]) -> tuple[int, int]:
-    """(segments received, segments queued out of order) summed over `namespaces`."""
-    segs = ofo = 0
+    """(segments sent, reorderings detected) summed over `namespaces`."""
+    segs = reordered = 0
     for ns in namespaces:
         c = _counters(ex.output(["ip", "netns", "exec", ns, "cat", "/proc/net/snmp",
                                  "/proc/net/netstat"]))
-        segs += c.get("TcpInSegs", 0)
-        ofo += c.get("TcpExtTCPOFOQueue", 0)
-    return segs, ofo
+        segs += c.get("TcpOutSegs", 0)
+        reordered += sum(c.get(k, 0) for k in REORDER_COUNTERS)
+    return segs, reordered
 
 
 def round_line(kind: str, setting: str, rnd: int, res: runner.WorkloadResult,
-               segs: int, ofo: int) -> dict[str, Any]:
+               segs: int, reordered: int) -> dict[str, Any]:
     """The JSON line of one round."""
     j = res.to_json()
     return {"gateway": kind, "policy": setting, "round": rnd,
             "small_p50_ms": j["small"]["p50_ms"], "small_p99_ms": j["small"]["p99_ms"],
             "small_p999_ms": j["small"]["p999_ms"], "small_requests": len(res.small_lat_us),
             "bulk_gbps": j["loader"]["gbps"], "checkpoint_gbps": j["checkpoint"]["gbps"],
-            "reordered_pct": round(100.0 * ofo / segs, 4) if segs else 0.0,
+            "reordered_pct": round(100.0 * reordered / segs, 4) if segs else 0.0,
             "errors": res.errors}
 
 

@@ -10,7 +10,9 @@ with conntrack byte counters, its best).
 One JSON line per round and setting, a summary per gateway kind (medians of the rounds), and a
 `floor` line: small requests alone, no bulk traffic, on the same deployment. The floor is the
 ceiling of what any policy can give here: if the policy's p99 is near the floor, what remains
-is the box (CPU scheduling, the Python clients), not the queues.
+is the box (CPU scheduling, the Python clients), not the queues. `cpu_busy` (the box's CPUs'
+busy share over a round, /proc/stat, everything on the box included) says whether the CPU, not
+a shaped port, was the bottleneck.
 
 `reordered_pct`: reordering the TCP senders detected (TcpExt TCPSACKReorder + TCPTSReorder +
 TCPRenoReorder: events, each a segment that arrived after later ones, not a loss) per 100
@@ -22,6 +24,7 @@ would count every loss too: the segments behind a dropped one arrive "out of ord
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,7 @@ from crosszone.abi.objects import ROOT
 from crosszone.emulate import deploy, kinds, topology
 from crosszone.emulate import policy as pol
 from crosszone.emulate import state as st
+from crosszone.emulate.demo import cpu_delta, cpu_sample
 from crosszone.linux import netns
 from crosszone.workload import runner
 
@@ -71,10 +75,10 @@ def tcp_counters(ex: netns.Executor, namespaces: list[str]) -> tuple[int, int]:
 
 
 def round_line(kind: str, setting: str, rnd: int, res: runner.WorkloadResult,
-               segs: int, reordered: int) -> dict[str, Any]:
-    """The JSON line of one round."""
+               segs: int, reordered: int, cpu_busy: float | None = None) -> dict[str, Any]:
+    """The JSON line of one round (`cpu_busy`: the box's CPUs' busy share over the round)."""
     j = res.to_json()
-    return {"gateway": kind, "policy": setting, "round": rnd,
+    return {"gateway": kind, "policy": setting, "round": rnd, "cpu_busy": cpu_busy,
             "small_p50_ms": j["small"]["p50_ms"], "small_p99_ms": j["small"]["p99_ms"],
             "small_p999_ms": j["small"]["p999_ms"], "small_requests": len(res.small_lat_us),
             "bulk_gbps": j["loader"]["gbps"], "checkpoint_gbps": j["checkpoint"]["gbps"],
@@ -108,13 +112,17 @@ def summary(kind: str, lines: list[dict[str, Any]], floor_p99: float | None) -> 
 
 
 def _measure(ex: netns.Executor, p: topology.Plan, console: Console, duration: float,
-             warmup: float, bulk: bool = True) -> tuple[runner.WorkloadResult, int, int]:
+             warmup: float, bulk: bool = True) -> tuple[runner.WorkloadResult, int, int, float]:
+    """One workload run: its result, TCP segments sent, reorderings, CPU busy share."""
     watch = [e.ns for e in p.endpoints] + [n.ns for n in p.storage_nodes]
     s0, o0 = tcp_counters(ex, watch)
+    c0, t0 = cpu_sample(), time.monotonic()
     res = runner.run(topology.workload_targets(p), duration=duration, loaders=LOADERS,
                      console=console, warmup=warmup, bulk=bulk)
+    cpu, elapsed = cpu_delta(c0, cpu_sample()), time.monotonic() - t0
     s1, o1 = tcp_counters(ex, watch)
-    return res, s1 - s0, o1 - o0
+    ncpu = max(1, len(cpu.per_cpu_softirq_s))
+    return res, s1 - s0, o1 - o0, round(cpu.busy_s / elapsed / ncpu, 3)
 
 
 def run_bench(emit: Emit, topology_file: Path = POLICY_TOPOLOGY, rounds: int = 3,
@@ -144,15 +152,14 @@ def run_bench(emit: Emit, topology_file: Path = POLICY_TOPOLOGY, rounds: int = 3
                 console.print(f"[red]{kind}: no gateways that can carry traffic, skipped[/red]")
                 continue
             dep.switch(kind, log=lambda m: console.print(f"[cyan]switch[/cyan] {m}"))
-            floor: float | None = None
             for rnd in range(rounds):
                 for setting in (("off", "on") if rnd % 2 == 0 else ("on", "off")):
                     p = pol.set_policy(ex, p, setting == "on")
-                    res, segs, ofo = _measure(ex, p, console, duration, warmup)
-                    out(round_line(kind, setting, rnd, res, segs, ofo))
+                    out(round_line(kind, setting, rnd, *_measure(ex, p, console, duration,
+                                                                 warmup)))
             p = pol.set_policy(ex, p, False)
-            res, segs, ofo = _measure(ex, p, console, duration, warmup, bulk=False)
-            floor_line = round_line(kind, "floor", rounds, res, segs, ofo)
+            floor_line = round_line(kind, "floor", rounds,
+                                    *_measure(ex, p, console, duration, warmup, bulk=False))
             out(floor_line)
             floor = floor_line["small_p99_ms"] or None
             out(summary(kind, lines, floor))

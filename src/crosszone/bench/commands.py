@@ -138,9 +138,52 @@ def _what(line: str) -> str:
     return str(doc.get("scenario") or doc.get("row") or doc.get("name") or "a result")
 
 
+def bench_policy(
+    as_json: bool = typer.Option(True, "--json/--no-json", help="JSON lines (the only format)."),
+    rounds: int = typer.Option(3, "--rounds", min=1, max=20,
+                               help="interleaved off/on rounds per gateway kind"),
+    duration: float = typer.Option(15.0, "--duration", min=5.0, max=300.0,
+                                   help="seconds per round"),
+    warmup: float = typer.Option(3.0, "--warmup", min=0.0, max=60.0,
+                                 help="seconds at the start of a round whose small requests "
+                                      "are not timed"),
+    gateways: str = typer.Option("crosszone,legacy", "--gateways",
+                                 help="gateway kinds, comma-separated"),
+) -> None:
+    """Small-request latency and bulk goodput with the traffic policy off and on (JSON)."""
+    from crosszone.bench.policy import run_bench
+
+    _need_root("the emulator creates network namespaces")
+    if warmup >= duration:
+        raise typer.BadParameter("--warmup must be shorter than --duration")
+    run_bench(lambda line: print(json.dumps(line), flush=True), rounds=rounds,
+              duration=duration, warmup=warmup,
+              gateway_kinds=tuple(k for k in gateways.split(",") if k))
+
+
+def bench_fairness(
+    as_json: bool = typer.Option(True, "--json/--no-json", help="JSON lines (the only format)."),
+    rounds: int = typer.Option(2, "--rounds", min=1, max=20),
+    duration: float = typer.Option(15.0, "--duration", min=5.0, max=300.0),
+    greedy: str = typer.Option("a", "--greedy", help="the greedy tenant's VPC"),
+    greedy_loaders: int = typer.Option(6, "--greedy-loaders", min=1, max=16),
+    rate_mbps: int = typer.Option(100, "--rate-mbps", min=1,
+                                  help="the greedy tenant's rate per gateway, when on"),
+) -> None:
+    """Two tenants, one greedy: bulk goodput per tenant without and with a per-tenant rate."""
+    from crosszone.bench.fairness import run_bench
+
+    _need_root("the emulator creates network namespaces")
+    run_bench(lambda line: print(json.dumps(line), flush=True), rounds=rounds,
+              duration=duration, greedy=greedy, greedy_loaders=greedy_loaders,
+              rate_mbps=rate_mbps)
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add every benchmark to `crosszone bench`."""
     bench_app.command("fastpath")(bench_fastpath)
     bench_app.command("forward")(bench_forward)
     bench_app.command("control")(bench_control)
     bench_app.command("simulate")(bench_simulate)
+    bench_app.command("policy")(bench_policy)
+    bench_app.command("fairness")(bench_fairness)

@@ -31,8 +31,11 @@ def bench_fastpath(
     hosts: int = typer.Option(100_000, help="Hosts for the return scenario."),
     repeat: int = typer.Option(300_000, help="Iterations per measurement."),
     rounds: int = typer.Option(15, help="Interleaved rounds per scenario (median, best reported)."),
+    policy_only: bool = typer.Option(False, "--policy-only",
+                                     help="Only the traffic policy's on/off scenarios."),
 ) -> None:
-    """Per-packet cost of the fast path vs a MAC-swap floor and an LPM-trie baseline (JSON)."""
+    """Per-packet cost of the fast path vs a MAC-swap floor and an LPM-trie baseline, and of
+    the traffic policy on vs off (JSON)."""
     from crosszone.bench.fastpath import run_bench
 
     _need_root("the benchmark loads BPF programs")
@@ -40,7 +43,8 @@ def bench_fastpath(
         p.step(f"{routes} routes, {hosts} hosts, {rounds} rounds of {repeat} runs per scenario")
         run_bench(routes, hosts, repeat, rounds,
                   emit=lambda s: (sys.stdout.write(s + "\n"), sys.stdout.flush(),
-                                  p.step(f"measured {_what(s)}")))
+                                  p.step(f"measured {_what(s)}")),
+                  policy_only=policy_only)
 
 
 def bench_control(

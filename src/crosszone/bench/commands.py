@@ -7,12 +7,16 @@ import json
 import os
 import sys
 import time
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from crosszone.progress import Progress
+
+if TYPE_CHECKING:
+    from crosszone.emulate.deploy import Deployment
 
 
 def _need_root(what: str) -> None:
@@ -138,9 +142,138 @@ def _what(line: str) -> str:
     return str(doc.get("scenario") or doc.get("row") or doc.get("name") or "a result")
 
 
+def bench_policy(
+    as_json: bool = typer.Option(True, "--json/--no-json", help="JSON lines (the only format)."),
+    rounds: int = typer.Option(3, "--rounds", min=1, max=20,
+                               help="interleaved off/on rounds per gateway kind"),
+    duration: float = typer.Option(15.0, "--duration", min=5.0, max=300.0,
+                                   help="seconds per round"),
+    warmup: float = typer.Option(3.0, "--warmup", min=0.0, max=60.0,
+                                 help="seconds at the start of a round whose small requests "
+                                      "are not timed"),
+    gateways: str = typer.Option("crosszone,legacy", "--gateways",
+                                 help="gateway kinds, comma-separated"),
+) -> None:
+    """Small-request latency and bulk goodput with the traffic policy off and on (JSON)."""
+    from crosszone.bench.policy import run_bench
+
+    _need_root("the emulator creates network namespaces")
+    if warmup >= duration:
+        raise typer.BadParameter("--warmup must be shorter than --duration")
+    run_bench(lambda line: print(json.dumps(line), flush=True), rounds=rounds,
+              duration=duration, warmup=warmup,
+              gateway_kinds=tuple(k for k in gateways.split(",") if k))
+
+
+def bench_fairness(
+    as_json: bool = typer.Option(True, "--json/--no-json", help="JSON lines (the only format)."),
+    rounds: int = typer.Option(2, "--rounds", min=1, max=20),
+    duration: float = typer.Option(15.0, "--duration", min=5.0, max=300.0),
+    greedy: str = typer.Option("a", "--greedy", help="the greedy tenant's VPC"),
+    greedy_loaders: int = typer.Option(6, "--greedy-loaders", min=1, max=16),
+    rate_mbps: int = typer.Option(100, "--rate-mbps", min=1,
+                                  help="the greedy tenant's rate per gateway, when on"),
+) -> None:
+    """Two tenants, one greedy: bulk goodput per tenant without and with a per-tenant rate."""
+    from crosszone.bench.fairness import run_bench
+
+    _need_root("the emulator creates network namespaces")
+    run_bench(lambda line: print(json.dumps(line), flush=True), rounds=rounds,
+              duration=duration, greedy=greedy, greedy_loaders=greedy_loaders,
+              rate_mbps=rate_mbps)
+
+
+def _csv(value: str, allowed: tuple[str, ...], what: str) -> list[str]:
+    items = [x.strip() for x in value.split(",") if x.strip()]
+    bad = [x for x in items if x not in allowed]
+    if bad or not items:
+        raise typer.BadParameter(f"{what}: {', '.join(bad) or 'none given'}; "
+                                 f"choose from {', '.join(allowed)}")
+    return items
+
+
+def _print_line(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def _running_deployment() -> Deployment:
+    from crosszone.emulate import deploy, topology
+    from crosszone.emulate import state as st
+
+    _need_root("the bench drives the emulated deployment")
+    state = st.load()
+    if state is None or not state.complete:
+        Console(stderr=True).print("[red]error:[/red] no deployment: `crosszone emulate up`")
+        raise typer.Exit(2)
+    return deploy.make(topology.parse(state.spec, source=str(st.STATE_FILE)))
+
+
+def bench_failover(
+    as_json: bool = typer.Option(True, "--json/--no-json", help="JSON lines (the only format)."),
+    kinds: str = typer.Option("legacy,crosszone", help="Gateway kinds, comma-separated."),
+    events: str = typer.Option("all", help="Events, comma-separated (default: all)."),
+    trials: int = typer.Option(5, min=1, help="Trials per (kind, event)."),
+    rate: float = typer.Option(6000.0, min=100.0,
+                               help="Datagrams/s per direction and family."),
+    flows: int = typer.Option(64, min=1, help="Source ports per direction and family."),
+    detail: Path | None = typer.Option(None, help="Per-trial timelines, JSON lines, to FILE."),
+) -> None:
+    """Loss window and timeline of gateway failures on the running emulator (JSON)."""
+    from crosszone.abi.objects import object_path
+    from crosszone.bench import failover
+    from crosszone.emulate import failures
+    from crosszone.emulate import kinds as gw_kinds
+
+    dep = _running_deployment()
+    chosen = _csv(kinds, tuple(gw_kinds.registry()), "unknown kind")
+    missing = [k for k in chosen if not dep.plan.gateways_of(k)]
+    if missing:
+        raise typer.BadParameter(f"no {', '.join(missing)} gateways in this deployment")
+    evs = list(failures.EVENTS) if events == "all" else _csv(events, failures.EVENTS,
+                                                            "unknown event")
+    b = failover.Bench(dep, object_path("xdp_drop"), rate=rate, flows=flows)
+    out = detail.open("w") if detail else None
+
+    def to_detail(line: str) -> None:
+        if out is not None:
+            out.write(line + "\n")
+            out.flush()
+
+    try:
+        failover.run(b, chosen, evs, trials, emit=_print_line, detail=to_detail)
+    finally:
+        if out:
+            out.close()
+
+
+def bench_switches(
+    as_json: bool = typer.Option(True, "--json/--no-json", help="JSON lines (the only format)."),
+    count: int = typer.Option(100, min=1, help="Planned switches to run."),
+    targets: str = typer.Option("crosszone,legacy", help="Sets to alternate between."),
+    rate: float = typer.Option(6000.0, min=100.0,
+                               help="Datagrams/s per direction and family."),
+    flows: int = typer.Option(64, min=1, help="Source ports per direction and family."),
+) -> None:
+    """False BFD/BGP flaps and loss over many planned switches under the probe (JSON)."""
+    from crosszone.abi.objects import object_path
+    from crosszone.bench import failover
+    from crosszone.emulate import crosszone_gateway, kinds
+
+    dep = _running_deployment()
+    sets = tuple(_csv(targets, tuple(kinds.switch_targets()), "unknown gateway set"))
+    b = failover.Bench(dep, object_path("xdp_drop"), rate=rate, flows=flows)
+    failover.run_switches(b, count, sets, emit=_print_line,
+                          cli=[crosszone_gateway.crosszone_bin()])
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add every benchmark to `crosszone bench`."""
     bench_app.command("fastpath")(bench_fastpath)
     bench_app.command("forward")(bench_forward)
     bench_app.command("control")(bench_control)
     bench_app.command("simulate")(bench_simulate)
+    bench_app.command("policy")(bench_policy)
+    bench_app.command("fairness")(bench_fairness)
+    bench_app.command("failover")(bench_failover)
+    bench_app.command("switches")(bench_switches)

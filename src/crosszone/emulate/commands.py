@@ -160,6 +160,24 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             console.print(f"[red]switch failed:[/red] {exc}")
             raise typer.Exit(1) from None
 
+    @emulate.command("policy")
+    def policy(on: bool = typer.Option(..., "--on/--off",
+                                       help="mark by flow size (on) or not at all (off)")) -> None:
+        """Turn the traffic policy on or off on every gateway (docs/policy.md)."""
+        from crosszone.emulate import policy as pol
+
+        _need_root()
+        if st.load() is None:
+            Console(stderr=True).print("[red]no deployment: run `crosszone emulate up`[/red]")
+            raise typer.Exit(1)
+        spec, _ = _current(topology.DEFAULT_TOPOLOGY)
+        try:
+            pol.set_policy(netns.Executor(), topology.plan(spec), on)
+        except (deploy.DeployError, netns.CommandFailed) as exc:
+            Console(stderr=True).print(f"[red]policy change failed:[/red] {exc}")
+            raise typer.Exit(1) from None
+        Console().print(f"traffic policy {'on' if on else 'off'}")
+
     @workload.command("run")
     def run(duration: float = typer.Option(15.0, "--duration", min=1.0, max=600.0),
             as_json: bool = typer.Option(False, "--json"),

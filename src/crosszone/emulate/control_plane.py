@@ -37,6 +37,7 @@ import yaml
 from crosszone.emulate import frr
 from crosszone.emulate.kinds import DeployError
 from crosszone.emulate.topology import INSTANCE, RUN_DIR, Gateway, Plan, router_mac
+from crosszone.intent.schema import Policy
 
 POOL = "storage"
 CONTROL_DIR = RUN_DIR / "control"
@@ -108,7 +109,8 @@ def cluster_intent(p: Plan) -> dict[str, Any]:
 
     The compute interface's next hop is the compute router's MAC on that gateway's link; the
     storage pool's one next hop is the storage router (one MAC on every gateway-facing port);
-    the host table has one entry per workload endpoint (host VTEP, inner address, inner MAC).
+    the host table has one entry per workload endpoint (host VTEP, inner address, inner MAC);
+    the traffic policy is the topology's (`policy:`, docs/policy.md).
     """
     gws = gateways(p)
     if not gws:
@@ -140,7 +142,8 @@ def cluster_intent(p: Plan) -> dict[str, Any]:
                 + ([str(vpc.storage_facing6)] if vpc.storage_facing6 else []),
                 "router_mac": router_mac(v),
                 "storage_pools": [POOL],
-            }
+            } | {k: getattr(vpc, k) for k in ("rate_mbps", "burst_kib")
+                 if getattr(vpc, k) is not None}
             for v, vpc in enumerate(p.spec.vpcs, start=1)
         ],
         "hosts": [
@@ -162,6 +165,7 @@ def cluster_intent(p: Plan) -> dict[str, Any]:
                                "mac": storage_mac.pop()}],
             }
         ],
+        "policy": p.spec.policy.model_dump(include=set(Policy.model_fields)),
     }
 
 

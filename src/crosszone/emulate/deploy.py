@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from crosszone.emulate import control_plane, frr, kinds, prometheus, storage
+from crosszone.emulate import control_plane, frr, kinds, prometheus, queues, storage
 from crosszone.emulate import state as st
 from crosszone.emulate.topology import (
     PIN_ROOT,
@@ -148,6 +148,8 @@ def build_ops(p: Plan, active: str) -> list[Op]:
                 links.wire_segmented(gw.ns, "s0")]
         ops += _gateway_base_ops(p, gw)
         ops += kinds.get(gw.kind).configure(p, gw)
+    # After plan_link's pfifo roots, which they replace on the ports they shape.
+    ops += queues.plan_ops(p)
     for node in p.storage_nodes:
         ops += storage.plan_node(p, node)
     ops += frr.start_ops(p.compute_router_ns, frr.router_config(p, "compute"), p.spec)

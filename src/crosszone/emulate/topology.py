@@ -27,6 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from crosszone.abi.objects import ROOT
 from crosszone.emulate import kinds
+from crosszone.emulate.queues import QueueSpec
+from crosszone.intent.schema import Policy
 from crosszone.linux.links import Link
 from crosszone.workload.runner import Targets, WorkerEndpoint
 
@@ -77,6 +79,10 @@ class VpcSpec(_Strict):
     # IPv6 inside the VPC (optional): the same 1:1 stateless translation, per family.
     prefix6: ipaddress.IPv6Network | None = None
     storage_facing6: ipaddress.IPv6Network | None = None
+    # Per-tenant fairness: the VPC's rate, a token bucket in the crosszone fast path (the
+    # intent's `vpcs[].rate_mbps` / `burst_kib`); none by default.
+    rate_mbps: int | None = Field(default=None, ge=1, le=100_000_000)
+    burst_kib: int | None = Field(default=None, ge=16, le=1 << 22)
 
     @model_validator(mode="after")
     def _same_length(self) -> VpcSpec:
@@ -141,6 +147,14 @@ class BfdSpec(_Strict):
     multiplier: int = Field(default=5, ge=2, le=255)
 
 
+class PolicySpec(Policy):
+    """The traffic policy of every gateway in the emulation: the intent's `policy` block
+    (docs/policy.md) for the crosszone gateways, the legacy gateways' nftables marking from the
+    same values. `enabled` off: nothing is marked, every queue is one FIFO."""
+
+    enabled: bool = False
+
+
 class TopologySpec(_Strict):
     """The YAML document."""
 
@@ -155,6 +169,9 @@ class TopologySpec(_Strict):
     # MTU of the compute-zone links that carry VXLAN; everything inside a VPC and the storage
     # zone gets 50 bytes less (the outer headers), e.g. 9000 -> 8950.
     underlay_mtu: int = Field(default=UNDERLAY_MTU, ge=1330, le=9000)
+    # Rate-limited priority queues at the bottleneck ports (emulate/queues.py); none by default.
+    queues: QueueSpec | None = None
+    policy: PolicySpec = PolicySpec()
 
     @field_validator("vpcs")
     @classmethod
@@ -176,6 +193,8 @@ class TopologySpec(_Strict):
     def _some_gateway(self) -> TopologySpec:
         if self.gateways.total == 0:
             raise ValueError("at least one gateway is needed")
+        if self.policy.small_dscp == self.policy.bulk_dscp:
+            raise ValueError("policy: small_dscp and bulk_dscp must differ")
         return self
 
 

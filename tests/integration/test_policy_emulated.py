@@ -44,7 +44,7 @@ def _run(d: deploy.Deployment, on: bool) -> runner.WorkloadResult:
     p = pol.set_policy(d.ex, d.plan, on)
     d.plan = p
     return runner.run(topology.workload_targets(p), duration=SECONDS, loaders=2,
-                      console=Console(quiet=True), warmup=WARMUP)
+                      console=Console(quiet=True), warmup=WARMUP, small_apart=True)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -10,9 +10,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from crosszone.emulate import control_plane, deploy, kinds, topology
+from crosszone.emulate import control_plane, deploy, kinds, prometheus, topology
 from crosszone.emulate import state as st
 from crosszone.linux import netns
+from crosszone.progress import Progress
 
 TopologyOpt = typer.Option(topology.DEFAULT_TOPOLOGY, "--topology", "-t",
                            help="Topology YAML (default: examples/two-zone.yaml).")
@@ -60,6 +61,9 @@ def status_table(dep: deploy.Deployment) -> Table:
         table.add_row("control plane", f"controller {cp['controller']['url']} "
                       f"({'running' if cp['controller']['running'] else 'not running'}), "
                       f"{running}/{len(cp['agents'])} agents running")
+        table.add_row("prometheus", f"{prometheus.url()} ("
+                      f"{'running' if prometheus.pid() is not None else 'not running'})")
+        table.add_row("dashboard", control_plane.controller_url() + "/dashboard")
     by_addr = {f"g{g.index}": g.name for g in dep.plan.gateways}
     if existing:
         c, s = dep.route_hops()
@@ -68,6 +72,27 @@ def status_table(dep: deploy.Deployment) -> Table:
         table.add_row("storage router -> VPC 1 prefix",
                       ", ".join(sorted(by_addr.get(a, a) for a in s)) or "no route")
     return table
+
+
+def status_json(dep: deploy.Deployment) -> dict[str, object]:
+    """`emulate status --json` (and `emulate up --json`)."""
+    c, s = dep.route_hops()
+    state = st.load()
+    names = {f"g{g.index}": g.name for g in dep.plan.gateways}
+    return {"up": state is not None and state.complete,
+            "active": state.active if state else None,
+            "compute_nexthops": sorted(names.get(x, x) for x in c),
+            "storage_nexthops": sorted(names.get(x, x) for x in s),
+            **control_plane.describe(dep.plan), **_observability(dep)}
+
+
+def _observability(dep: deploy.Deployment) -> dict[str, object]:
+    """Prometheus and the dashboard, when the deployment has a control plane."""
+    if not control_plane.gateways(dep.plan):
+        return {}
+    return {**prometheus.describe(True),
+            "dashboard": {"url": control_plane.controller_url() + "/dashboard",
+                          "charts": str(control_plane.charts_dir())}}
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
@@ -80,18 +105,25 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     app.add_typer(workload, name="workload")
 
     @emulate.command("up")
-    def up(topology_file: Path = TopologyOpt, verbose: bool = False) -> None:
-        """Build the deployment (idempotent)."""
+    def up(topology_file: Path = TopologyOpt, verbose: bool = False,
+           as_json: bool = typer.Option(False, "--json",
+                                        help="Print the status as JSON (progress: stderr).")
+           ) -> None:
+        """Build the deployment (idempotent); progress on stderr."""
         _need_root()
         spec = _load(topology_file)
         dep = deploy.make(spec, netns.Executor(verbose=verbose), str(topology_file))
-        console = Console()
         try:
-            dep.up(log=lambda m: console.print(f"[cyan]up[/cyan] {m}"))
+            with Progress("emulate up") as progress:
+                dep.up(log=progress.step)
         except (deploy.DeployError, netns.CommandFailed) as exc:
-            console.print(f"[red]up failed:[/red] {exc}\n(run `crosszone emulate down` to clean)")
+            Console(stderr=True).print(f"[red]up failed:[/red] {exc}\n"
+                                       "(run `crosszone emulate down` to clean)")
             raise typer.Exit(1) from None
-        console.print(status_table(dep))
+        if as_json:
+            print(json.dumps(status_json(dep)))
+        else:
+            Console().print(status_table(dep))
 
     @emulate.command("down")
     def down() -> None:
@@ -108,14 +140,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         spec, path = _current(topology_file)
         dep = deploy.make(spec, topology_path=path)
         if as_json:
-            c, s = dep.route_hops()
-            state = st.load()
-            names = {f"g{g.index}": g.name for g in dep.plan.gateways}
-            print(json.dumps({"up": state is not None and state.complete,
-                              "active": state.active if state else None,
-                              "compute_nexthops": sorted(names.get(x, x) for x in c),
-                              "storage_nexthops": sorted(names.get(x, x) for x in s),
-                              **control_plane.describe(dep.plan)}))
+            print(json.dumps(status_json(dep)))
             return
         Console().print(status_table(dep))
 

@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from crosszone.emulate import frr
 from crosszone.emulate.kinds import DeployError
 from crosszone.emulate.topology import INSTANCE, RUN_DIR, Gateway, Plan, router_mac
 from crosszone.intent.schema import Policy
@@ -168,6 +169,11 @@ def cluster_intent(p: Plan) -> dict[str, Any]:
     }
 
 
+def charts_dir() -> Path:
+    """Where the dashboard finds plan and simulation charts (`crosszone plan --chart DIR/x`)."""
+    return CONTROL_DIR / "charts"
+
+
 def intent_file() -> Path:
     """The cluster intent as applied at `up` (a copy; the store holds the live one)."""
     return CONTROL_DIR / "cluster.yaml"
@@ -234,6 +240,7 @@ def _healthz() -> bool:
 def start_controller(p: Plan) -> int:
     """Start the controller (unless running), apply the cluster intent; return its revision."""
     from crosszone.control.client import Client, ControllerError
+    from crosszone.emulate import prometheus  # it numbers its port after ours
 
     CONTROL_DIR.mkdir(parents=True, exist_ok=True)
     if not token_file().exists():
@@ -241,9 +248,12 @@ def start_controller(p: Plan) -> int:
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_urlsafe(24) + "\n")
     if not _alive(controller_pidfile()):
+        charts_dir().mkdir(parents=True, exist_ok=True)
         _spawn("controller", [crosszone_bin(), "controller", "--store", store_url(),
                               "--listen", controller_url().removeprefix("http://"),
-                              "--token-file", str(token_file())], controller_pidfile())
+                              "--token-file", str(token_file()),
+                              "--prometheus", prometheus.url(), "--charts", str(charts_dir())],
+               controller_pidfile())
         _wait("the controller's /healthz", _healthz, 30,
               lambda: "dead, log: " + _tail("controller")
               if not _alive(controller_pidfile()) else "")
@@ -267,7 +277,8 @@ def start_agent(p: Plan, gw: Gateway) -> None:
     _spawn(f"agent-{gw.name}", [
         crosszone_bin(), "agent", "--gateway", gw.name, "--store", store_url(),
         "--pin-dir", str(gw.pin_dir), "--netns", gw.ns, "--metrics", agent_metrics(gw),
-        "--state-file", str(agent_state_file(gw))], agent_pidfile(gw))
+        "--state-file", str(agent_state_file(gw)), "--frr-vty", str(frr.frr_dir(gw.ns))],
+        agent_pidfile(gw))
 
 
 def agent_status(gw: Gateway) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from crosszone.emulate import control_plane, frr, kinds, queues, storage
+from crosszone.emulate import control_plane, frr, kinds, prometheus, queues, storage
 from crosszone.emulate import state as st
 from crosszone.emulate.topology import (
     PIN_ROOT,
@@ -167,7 +167,8 @@ def pidfiles(p: Plan) -> list[Path]:
     files = [frr.frr_dir(ns) / f"{d}.pid"
              for ns in [p.compute_router_ns, p.storage_router_ns] + [g.ns for g in p.gateways]
              for d in frr.DAEMONS]
-    return files + [storage.pidfile(n) for n in p.storage_nodes] + control_plane.pidfiles(p)
+    return (files + [storage.pidfile(n) for n in p.storage_nodes] + control_plane.pidfiles(p)
+            + prometheus.pidfiles(bool(control_plane.gateways(p))))
 
 
 @dataclass
@@ -213,6 +214,11 @@ class Deployment:
                 kind.attach(self.ex, self.plan, gw)
                 state.fastpath[gw.name] = True
                 st.save(state)
+        if any(state.fastpath.values()):
+            log("starting Prometheus (scrapes the agents and the controller every second)")
+            prometheus.start({g.name: control_plane.agent_metrics(g)
+                              for g in control_plane.gateways(self.plan)},
+                             control_plane.controller_url())
         self.wait_sessions()
         state.complete = True
         st.save(state)
@@ -422,6 +428,9 @@ def down(ex: Executor, log: Callable[[str], None] = print, sleep: Sleep = time.s
     ex.apply(netns.delete_namespaces(sorted(names)))
     if names:
         log(f"removed {len(names)} namespaces")
+    # Prometheus runs in the root namespace: no sweep finds it, its pidfile does (a lost
+    # state file included).
+    prometheus.stop(sleep=sleep)
     if PIN_ROOT.exists():
         shutil.rmtree(PIN_ROOT, ignore_errors=True)
     if RUN_DIR.exists():

@@ -139,8 +139,9 @@ def test_crosszone_intent_carries_the_policy() -> None:
     cluster = parse_cluster(yaml.safe_dump(control_plane.cluster_intent(p)))
     assert cluster.policy.elephant_bytes == 4096
     assert cluster.policy.bulk_dscp == 8 and cluster.policy.flowlet_gap_us == 200
-    if "enabled" in type(cluster.policy).model_fields:
-        assert cluster.policy.enabled is True
+    assert cluster.policy.enabled is True
+    off = parse_cluster(yaml.safe_dump(control_plane.cluster_intent(policy.with_policy(p, False))))
+    assert off.policy.enabled is False
 
 
 def test_policy_switch_reloads_every_legacy_gateway() -> None:

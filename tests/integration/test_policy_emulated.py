@@ -26,7 +26,7 @@ from crosszone.workload import runner
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = ROOT / "examples" / "two-zone-policy.yaml"
 SECONDS, WARMUP = 12.0, 3.0
-KINDS = ["legacy"]
+KINDS = ["legacy", "crosszone"]
 
 
 @pytest.fixture(scope="module")

@@ -32,14 +32,17 @@ def bench_fastpath(
     hosts: int = typer.Option(100_000, help="Hosts for the return scenario."),
     repeat: int = typer.Option(300_000, help="Iterations per measurement."),
     rounds: int = typer.Option(15, help="Interleaved rounds per scenario (median, best reported)."),
+    policy_only: bool = typer.Option(False, "--policy-only",
+                                     help="Only the traffic policy's on/off scenarios."),
 ) -> None:
-    """Per-packet cost of the fast path vs a MAC-swap floor and an LPM-trie baseline (JSON)."""
+    """Per-packet cost of the fast path vs a MAC-swap floor and an LPM-trie baseline, and of
+    the traffic policy on vs off (JSON)."""
     from crosszone.bench.fastpath import run_bench
 
     _need_root("the benchmark loads BPF programs")
     with Progress("bench fastpath") as p:
         p.step(f"{routes} routes, {hosts} hosts, {rounds} rounds of {repeat} runs per scenario")
-        run_bench(routes, hosts, repeat, rounds, emit=_line_emitter(p))
+        run_bench(routes, hosts, repeat, rounds, emit=_line_emitter(p), policy_only=policy_only)
 
 
 def bench_control(

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from crosszone.emulate import frr
 from crosszone.emulate.kinds import DeployError
 from crosszone.emulate.topology import RUN_DIR, Gateway, Plan, router_mac
 from crosszone.linux.netns import Cmd, Executor, Op, WriteFile
@@ -105,9 +106,13 @@ def intent_ops(p: Plan, gw: Gateway) -> list[Op]:
 
 def attach_ops(gw: Gateway) -> list[Op]:
     """Load and attach the fast path in `gw`'s namespace, maps pinned under its pin dir."""
+    # Off the control CPU: the loader's map allocation holds its CPU for up to a second
+    # (frr.control_cpus), and bfdd must not be waiting behind it.
+    _bfd_cpu, loader = frr.control_cpus()
+    pin = ("taskset", "-c", loader) if loader else ()
     return [
         Cmd(("mkdir", "-p", str(gw.pin_dir))),
-        Cmd((crosszone_bin(), "fastpath", "attach", "--netns", gw.ns,
+        Cmd((*pin, crosszone_bin(), "fastpath", "attach", "--netns", gw.ns,
              "--intent", str(intent_path(gw)), "--pin-dir", str(gw.pin_dir))),
     ]
 

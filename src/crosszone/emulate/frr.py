@@ -14,6 +14,7 @@ between the two routers (it only ever sends its own prefixes).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from crosszone.emulate.topology import (
@@ -213,21 +214,46 @@ def gateway_config(p: Plan, gw: Gateway, active: bool) -> str:
 
 #: Real-time priority (SCHED_FIFO) of bfdd in every namespace.
 BFDD_RT_PRIORITY = 10
+#: Real-time priority of zebra and bgpd: below bfdd, above every ordinary process.
+ROUTING_RT_PRIORITY = 5
+
+
+def control_cpus() -> tuple[str, str]:
+    """(CPU list for bfdd, CPU list for fast-path loading), as `taskset -c` takes them.
+
+    This kernel does not preempt a process inside a system call (PREEMPT_NONE), and real-time
+    priority only helps once the CPU reaches a preemption point. `crosszone fastpath attach`
+    allocates ~320 MiB of slot tables in single bpf() calls: measured with `perf sched`, it held
+    a CPU for 0.4 to 1.2 s while a SCHED_FIFO thread woken on that CPU waited, which is what made
+    every BFD session on the box go down at once. So the control plane keeps a CPU of its own:
+    bfdd runs only on CPU 0 and the loader only on the others. With one CPU there is nothing to
+    split (empty strings: no pinning)."""
+    n = os.cpu_count() or 1
+    if n < 2:
+        return "", ""
+    return "0", f"1-{n - 1}"
 
 
 def _priority(daemon: str) -> tuple[str, ...]:
-    """The `chrt` prefix that starts `daemon` at its scheduling priority (none for most).
+    """The `taskset`/`chrt` prefix that starts `daemon` at its scheduling priority.
 
     A router runs BFD on a CPU of its own or in hardware; here bfdd shares two cores with every
-    namespace, and at normal priority it missed its 150 ms detection time whenever the box was
-    busy: with one core held by a busy loop, the demo's 20 s workload saw about 20 BFD Down
-    events, each a BGP hard reset whose routes vanished for a second (thousands of
-    IpExtInNoRoutes on gateways and routers, TCP timeouts of 10 s). With bfdd at SCHED_FIFO
-    priority 10, the same run saw one (issue 12, finding 17). bfdd sleeps between its
-    packets, so it takes little CPU, and the kernel's RT throttling bounds it anyway. The BFD
-    timers themselves are unchanged.
-    """
-    return ("chrt", "-f", str(BFDD_RT_PRIORITY)) if daemon == "bfdd" else ()
+    namespace, and at normal priority it missed its detection time whenever the box was busy:
+    with one core held by a busy loop, the demo's 20 s workload saw about 20 BFD Down events,
+    each a BGP hard reset whose routes vanished for a second (issue 12, finding 17). bfdd runs at
+    SCHED_FIFO 10 on the control CPU (`control_cpus`). zebra and bgpd run at SCHED_FIFO 5: what
+    follows a BFD Down (the session reset, the RIB and kernel route updates) is on the failover's
+    critical path, and at normal priority among a loaded box's processes it waited for a CPU
+    (measured: a silent failure's loss window fell from 216 to 96 ms median, together with the
+    10 ms x 3 timers). All three sleep between events and take little CPU; the kernel's
+    real-time throttling bounds them anyway."""
+    bfd_cpu, _loader = control_cpus()
+    if daemon == "bfdd":
+        pin = ("taskset", "-c", bfd_cpu) if bfd_cpu else ()
+        return (*pin, "chrt", "-f", str(BFDD_RT_PRIORITY))
+    if daemon in ("zebra", "bgpd"):
+        return ("chrt", "-f", str(ROUTING_RT_PRIORITY))
+    return ()
 
 
 def start_ops(ns: str, config: str, spec: TopologySpec) -> list[Op]:

@@ -173,7 +173,7 @@ def test_link_events_take_the_named_side_down_and_up() -> None:
 def test_silent_repair_reattaches_the_fast_path_on_crosszone_and_removes_xdp_on_legacy() -> None:
     p = _plan()
     by_kind = {gw.kind: failures.event(p, gw, "silent", Path("/x/drop.o")) for gw in p.gateways}
-    assert any("attach" in op.argv for op in by_kind["crosszone"].repair if isinstance(op, Cmd))
+    assert any("--reattach" in op.argv for op in by_kind["crosszone"].repair if isinstance(op, Cmd))
     assert all("off" in op.argv for op in by_kind["legacy"].repair if isinstance(op, Cmd))
 
 

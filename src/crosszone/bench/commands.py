@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
+from crosszone.progress import Progress
+
 if TYPE_CHECKING:
     from crosszone.emulate.deploy import Deployment
 
@@ -34,8 +36,11 @@ def bench_fastpath(
     from crosszone.bench.fastpath import run_bench
 
     _need_root("the benchmark loads BPF programs")
-    run_bench(routes, hosts, repeat, rounds,
-              emit=lambda s: (sys.stdout.write(s + "\n"), sys.stdout.flush()))
+    with Progress("bench fastpath") as p:
+        p.step(f"{routes} routes, {hosts} hosts, {rounds} rounds of {repeat} runs per scenario")
+        run_bench(routes, hosts, repeat, rounds,
+                  emit=lambda s: (sys.stdout.write(s + "\n"), sys.stdout.flush(),
+                                  p.step(f"measured {_what(s)}")))
 
 
 def bench_control(
@@ -50,8 +55,10 @@ def bench_control(
     """Validate+compile, program, restart and single-change latency for each store."""
     from crosszone.bench.control import run
 
-    for kind in stores.split(","):
-        print(json.dumps(run(kind, routes, hosts, changes, not verbose_hosts)), flush=True)
+    with Progress("bench control") as p:
+        for kind in stores.split(","):
+            p.step(f"{kind} store: {routes} routes, {hosts} hosts, {changes} changes")
+            print(json.dumps(run(kind, routes, hosts, changes, not verbose_hosts)), flush=True)
 
 
 def bench_forward(
@@ -68,10 +75,13 @@ def bench_forward(
     from crosszone.bench.forward import run_bench, teardown
 
     _need_root("the emulator creates network namespaces")
-    try:
-        run_bench(seconds=seconds, cpu=None if cpu < 0 else cpu, rounds=rounds)
-    finally:
-        teardown()
+    with Progress("bench forward") as p:
+        p.step(f"{rounds} rounds of {seconds:g} s per row (legacy, crosszone, floor)")
+        try:
+            run_bench(seconds=seconds, cpu=None if cpu < 0 else cpu, rounds=rounds)
+        finally:
+            p.step("removing the benchmark's namespaces")
+            teardown()
 
 
 def bench_simulate(
@@ -98,6 +108,8 @@ def bench_simulate(
         parsed = scenario_from_mapping(cluster_scale_mapping(servers, duration), "bench")
         simulated = parsed.duration
         for tier in parsed.tiers:
+            progress.step(f"simulating {servers} servers for {duration} through "
+                          f"{tier.name} x {tier.devices}")
             wall_start, cpu_start = time.perf_counter(), time.process_time()
             result = simulate_tier(parsed, tier, parsed.seed)
             wall = time.perf_counter() - wall_start
@@ -117,7 +129,58 @@ def bench_simulate(
             else:
                 _console().print(line)
 
-    _run(action)
+    with Progress("bench simulate") as progress:
+        _run(action)
+
+
+def _what(line: str) -> str:
+    """A short name for one benchmark result line (its scenario or row)."""
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return "a result"
+    return str(doc.get("scenario") or doc.get("row") or doc.get("name") or "a result")
+
+
+def bench_policy(
+    as_json: bool = typer.Option(True, "--json/--no-json", help="JSON lines (the only format)."),
+    rounds: int = typer.Option(3, "--rounds", min=1, max=20,
+                               help="interleaved off/on rounds per gateway kind"),
+    duration: float = typer.Option(15.0, "--duration", min=5.0, max=300.0,
+                                   help="seconds per round"),
+    warmup: float = typer.Option(3.0, "--warmup", min=0.0, max=60.0,
+                                 help="seconds at the start of a round whose small requests "
+                                      "are not timed"),
+    gateways: str = typer.Option("crosszone,legacy", "--gateways",
+                                 help="gateway kinds, comma-separated"),
+) -> None:
+    """Small-request latency and bulk goodput with the traffic policy off and on (JSON)."""
+    from crosszone.bench.policy import run_bench
+
+    _need_root("the emulator creates network namespaces")
+    if warmup >= duration:
+        raise typer.BadParameter("--warmup must be shorter than --duration")
+    run_bench(lambda line: print(json.dumps(line), flush=True), rounds=rounds,
+              duration=duration, warmup=warmup,
+              gateway_kinds=tuple(k for k in gateways.split(",") if k))
+
+
+def bench_fairness(
+    as_json: bool = typer.Option(True, "--json/--no-json", help="JSON lines (the only format)."),
+    rounds: int = typer.Option(2, "--rounds", min=1, max=20),
+    duration: float = typer.Option(15.0, "--duration", min=5.0, max=300.0),
+    greedy: str = typer.Option("a", "--greedy", help="the greedy tenant's VPC"),
+    greedy_loaders: int = typer.Option(6, "--greedy-loaders", min=1, max=16),
+    rate_mbps: int = typer.Option(100, "--rate-mbps", min=1,
+                                  help="the greedy tenant's rate per gateway, when on"),
+) -> None:
+    """Two tenants, one greedy: bulk goodput per tenant without and with a per-tenant rate."""
+    from crosszone.bench.fairness import run_bench
+
+    _need_root("the emulator creates network namespaces")
+    run_bench(lambda line: print(json.dumps(line), flush=True), rounds=rounds,
+              duration=duration, greedy=greedy, greedy_loaders=greedy_loaders,
+              rate_mbps=rate_mbps)
 
 
 def _csv(value: str, allowed: tuple[str, ...], what: str) -> list[str]:
@@ -210,5 +273,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     bench_app.command("forward")(bench_forward)
     bench_app.command("control")(bench_control)
     bench_app.command("simulate")(bench_simulate)
+    bench_app.command("policy")(bench_policy)
+    bench_app.command("fairness")(bench_fairness)
     bench_app.command("failover")(bench_failover)
     bench_app.command("switches")(bench_switches)

@@ -234,6 +234,13 @@ def control_cpus() -> tuple[str, str]:
     return "0", f"1-{n - 1}"
 
 
+def loader_pin() -> tuple[str, ...]:
+    """The `taskset` prefix that keeps a fast-path loader (an agent, `fastpath attach`) off the
+    control CPU (empty on a one-CPU box)."""
+    _bfd_cpu, loader = control_cpus()
+    return ("taskset", "-c", loader) if loader else ()
+
+
 def _priority(daemon: str) -> tuple[str, ...]:
     """The `taskset`/`chrt` prefix that starts `daemon` at its scheduling priority.
 

@@ -154,10 +154,8 @@ def test_bfdd_runs_real_time_and_the_workload_below_the_network() -> None:
     bfdd = next(a for a in argvs if any(x.endswith("/bfdd") for x in a))
     i = bfdd.index("chrt")
     assert bfdd[i:i + 3] == ("chrt", "-f", str(frr.BFDD_RT_PRIORITY))
-    bgpd = next(a for a in argvs if any(x.endswith("/bgpd") for x in a))
-    assert frr.ROUTING_RT_PRIORITY < frr.BFDD_RT_PRIORITY
-    assert bgpd[bgpd.index("chrt") + 2] == str(frr.ROUTING_RT_PRIORITY)
-    assert not any("chrt" in a for a in argvs if any(x.endswith("/staticd") for x in a))
+    # bgpd, zebra and staticd can be busy for long: never real-time
+    assert not any("chrt" in a for a in argvs if not any(x.endswith("/bfdd") for x in a))
     argv = runner.worker_argv(topology.workload_targets(p), 0, 5.0, 2)
     assert argv[argv.index("--nice") + 1] == str(runner.WORKLOAD_NICE) and runner.WORKLOAD_NICE > 0
     assert f"worker_priority {runner.WORKLOAD_NICE};" in storage.nginx_config(

@@ -214,8 +214,6 @@ def gateway_config(p: Plan, gw: Gateway, active: bool) -> str:
 
 #: Real-time priority (SCHED_FIFO) of bfdd in every namespace.
 BFDD_RT_PRIORITY = 10
-#: Real-time priority of zebra and bgpd: below bfdd, above every ordinary process.
-ROUTING_RT_PRIORITY = 5
 
 
 def control_cpus() -> tuple[str, str]:
@@ -247,20 +245,16 @@ def _priority(daemon: str) -> tuple[str, ...]:
     A router runs BFD on a CPU of its own or in hardware; here bfdd shares two cores with every
     namespace, and at normal priority it missed its detection time whenever the box was busy:
     with one core held by a busy loop, the demo's 20 s workload saw about 20 BFD Down events,
-    each a BGP hard reset whose routes vanished for a second (issue 12, finding 17). bfdd runs at
-    SCHED_FIFO 10 on the control CPU (`control_cpus`). zebra and bgpd run at SCHED_FIFO 5: what
-    follows a BFD Down (the session reset, the RIB and kernel route updates) is on the failover's
-    critical path, and at normal priority among a loaded box's processes it waited for a CPU
-    (measured: a silent failure's loss window fell from 216 to 96 ms median, together with the
-    10 ms x 3 timers). All three sleep between events and take little CPU; the kernel's
-    real-time throttling bounds them anyway."""
+    each a BGP hard reset whose routes vanished for a second (issue 12, finding 17). So bfdd runs
+    at SCHED_FIFO 10, pinned to the control CPU (`control_cpus`). zebra and bgpd stay at normal
+    priority: given SCHED_FIFO 5, a router's bgpd took 90 % of a CPU through a run of planned
+    switches and starved the box (load average 96); a real-time daemon that can be busy for
+    long is worse than a late one."""
+    if daemon != "bfdd":
+        return ()
     bfd_cpu, _loader = control_cpus()
-    if daemon == "bfdd":
-        pin = ("taskset", "-c", bfd_cpu) if bfd_cpu else ()
-        return (*pin, "chrt", "-f", str(BFDD_RT_PRIORITY))
-    if daemon in ("zebra", "bgpd"):
-        return ("chrt", "-f", str(ROUTING_RT_PRIORITY))
-    return ()
+    pin = ("taskset", "-c", bfd_cpu) if bfd_cpu else ()
+    return (*pin, "chrt", "-f", str(BFDD_RT_PRIORITY))
 
 
 def start_ops(ns: str, config: str, spec: TopologySpec) -> list[Op]:

@@ -220,16 +220,19 @@ def control_cpus() -> tuple[str, str]:
     """(CPU list for bfdd, CPU list for fast-path loading), as `taskset -c` takes them.
 
     This kernel does not preempt a process inside a system call (PREEMPT_NONE), and real-time
-    priority only helps once the CPU reaches a preemption point. `crosszone fastpath attach`
-    allocates ~320 MiB of slot tables in single bpf() calls: measured with `perf sched`, it held
-    a CPU for 0.4 to 1.2 s while a SCHED_FIFO thread woken on that CPU waited, which is what made
-    every BFD session on the box go down at once. So the control plane keeps a CPU of its own:
-    bfdd runs only on CPU 0 and the loader only on the others. With one CPU there is nothing to
-    split (empty strings: no pinning)."""
+    priority only helps once the CPU reaches a preemption point. A fast-path loader (`fastpath
+    attach`, an agent starting) allocates ~320 MiB of slot tables in single bpf() calls: measured
+    with `perf sched`, it held a CPU for 0.4 to 1.2 s while a SCHED_FIFO thread woken on that CPU
+    waited, which is what made every BFD session on the box go down at once. So loaders never run
+    on CPU 0. With three CPUs or more bfdd gets CPU 0 to itself; with two, bfdd is not pinned:
+    every bfdd of every emulation on one CPU at SCHED_FIFO starved that CPU (with 10 ms x 3
+    timers they took over 100 % of it: bgpd and ksoftirqd/0 stopped, load average 96), so
+    on two CPUs a loader can still hold up a bfdd woken on the loader's CPU. One CPU: nothing
+    to split (empty strings: no pinning)."""
     n = os.cpu_count() or 1
     if n < 2:
         return "", ""
-    return "0", f"1-{n - 1}"
+    return ("0" if n >= 3 else ""), f"1-{n - 1}"
 
 
 def loader_pin() -> tuple[str, ...]:

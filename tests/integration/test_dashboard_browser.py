@@ -77,6 +77,16 @@ def _drops(driver: Any) -> dict[str, float]:
     return {reason: float(v) for reason, v in rows if v}
 
 
+def _drops_json(ctl: str, before: dict[str, float]) -> bool:
+    """Whether the controller's /v1/dashboard has a drop reason above zero not in `before`."""
+    try:
+        doc = httpx.get(f"{ctl}/v1/dashboard", params={"window": 30}, timeout=5).json()
+    except (httpx.HTTPError, ValueError):
+        return False
+    return any(s["verdict"] == "drop" and before.get(s["reason"], 0) == 0
+               and any(v for v in s["values"][-3:] if v) for s in doc["series"]["verdicts"])
+
+
 def _screenshot(driver: Any, name: str, tmp_path: Path) -> Path:
     where = Path(os.environ.get("CROSSZONE_SCREENSHOT_DIR") or tmp_path)
     where.mkdir(parents=True, exist_ok=True)
@@ -149,12 +159,23 @@ def test_dashboard_in_a_browser(deployment: deploy.Deployment, tmp_path: Path) -
             text=True)
         assert sender.stdout is not None and sender.stdout.readline().strip() == "sending"
         t0 = time.monotonic()
+        seen: dict[str, float] = {}  # where -> seconds after the first bad frame
+
+        def shown() -> dict[str, float]:
+            if "controller" not in seen and _drops_json(ctl, before):
+                seen["controller"] = time.monotonic() - t0
+            found = {r: v for r, v in _drops(driver).items() if v > 0 and before.get(r, 0) == 0}
+            if found:
+                seen["page"] = time.monotonic() - t0
+            return found
+
         try:
-            new = wait_for("a drop reason for the bad packets", lambda: {
-                r: v for r, v in _drops(driver).items() if v > 0 and before.get(r, 0) == 0}, 15)
+            new = wait_for("a drop reason for the bad packets", shown, 15)
         finally:
             sender.wait(20)
-        figures["drop_reason_shown_after_s"] = round(time.monotonic() - t0, 1)
+        figures["drop_reason_on_page_after_s"] = round(seen["page"], 1)
+        if "controller" in seen:  # the controller's JSON, polled by the test directly
+            figures["drop_reason_in_controller_json_after_s"] = round(seen["controller"], 1)
         assert set(new) & {"drop_unknown_vni", "drop_vtep_not_allowed"}, new
         _screenshot(driver, "dashboard-drops.png", tmp_path)
 

@@ -117,3 +117,18 @@ def test_apply_json_and_top(controller) -> None:
     assert "no rates: no Prometheus configured" in top.stdout
     bad = _run("apply", str(CLUSTER), "--controller", url, "--json")  # no token
     assert bad.returncode == 2 and bad.stdout == "" and "401" in bad.stderr
+
+
+def test_bench_emitters_print_the_line_and_name_it(capsys) -> None:
+    from crosszone.bench.commands import _emitter, _line_emitter, _what
+
+    assert _what('{"kind": "crosszone", "event": "link_down", "loss": 3}') == \
+        "crosszone link_down"
+    assert _what("not json") == _what("[1]") == _what("{}") == "a result"
+    console, buf = _console(terminal=False)
+    with Progress("bench x", console=console) as p:
+        _emitter(p)({"scenario": "ipv4", "pps": 1})
+        _line_emitter(p)('{"row": "floor"}')
+    assert capsys.readouterr().out.splitlines() == ['{"scenario": "ipv4", "pps": 1}',
+                                                    '{"row": "floor"}']
+    assert "measured ipv4" in buf.getvalue() and "measured floor" in buf.getvalue()

@@ -7,8 +7,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -31,16 +32,17 @@ def bench_fastpath(
     hosts: int = typer.Option(100_000, help="Hosts for the return scenario."),
     repeat: int = typer.Option(300_000, help="Iterations per measurement."),
     rounds: int = typer.Option(15, help="Interleaved rounds per scenario (median, best reported)."),
+    policy_only: bool = typer.Option(False, "--policy-only",
+                                     help="Only the traffic policy's on/off scenarios."),
 ) -> None:
-    """Per-packet cost of the fast path vs a MAC-swap floor and an LPM-trie baseline (JSON)."""
+    """Per-packet cost of the fast path vs a MAC-swap floor and an LPM-trie baseline, and of
+    the traffic policy on vs off (JSON)."""
     from crosszone.bench.fastpath import run_bench
 
     _need_root("the benchmark loads BPF programs")
     with Progress("bench fastpath") as p:
         p.step(f"{routes} routes, {hosts} hosts, {rounds} rounds of {repeat} runs per scenario")
-        run_bench(routes, hosts, repeat, rounds,
-                  emit=lambda s: (sys.stdout.write(s + "\n"), sys.stdout.flush(),
-                                  p.step(f"measured {_what(s)}")))
+        run_bench(routes, hosts, repeat, rounds, emit=_line_emitter(p), policy_only=policy_only)
 
 
 def bench_control(
@@ -133,13 +135,31 @@ def bench_simulate(
         _run(action)
 
 
+def _emitter(progress: Progress) -> Callable[[dict[str, Any]], None]:
+    """Print a result object as a JSON line on stdout and say so on stderr."""
+    return _line_emitter(progress, json.dumps)
+
+
+def _line_emitter(progress: Progress, render: Callable[[Any], str] = str
+                  ) -> Callable[[Any], None]:
+    """Print a result line on stdout and say so on stderr."""
+    def emit(item: Any) -> None:
+        line = render(item)
+        _print_line(line)
+        progress.step(f"measured {_what(line)}")
+    return emit
+
+
 def _what(line: str) -> str:
-    """A short name for one benchmark result line (its scenario or row)."""
+    """A short name for one result line: the values of the keys that name a row."""
     try:
         doc = json.loads(line)
     except ValueError:
         return "a result"
-    return str(doc.get("scenario") or doc.get("row") or doc.get("name") or "a result")
+    if not isinstance(doc, dict):
+        return "a result"
+    keys = ("scenario", "row", "kind", "gateway", "event", "tier", "mode", "store", "policy")
+    return " ".join(str(doc[k]) for k in keys if isinstance(doc.get(k), str | int)) or "a result"
 
 
 def bench_policy(
@@ -160,9 +180,10 @@ def bench_policy(
     _need_root("the emulator creates network namespaces")
     if warmup >= duration:
         raise typer.BadParameter("--warmup must be shorter than --duration")
-    run_bench(lambda line: print(json.dumps(line), flush=True), rounds=rounds,
-              duration=duration, warmup=warmup,
-              gateway_kinds=tuple(k for k in gateways.split(",") if k))
+    with Progress("bench policy") as p:
+        p.step(f"{rounds} off/on rounds of {duration:g} s for {gateways}")
+        run_bench(_emitter(p), rounds=rounds, duration=duration, warmup=warmup,
+                  gateway_kinds=tuple(k for k in gateways.split(",") if k))
 
 
 def bench_fairness(
@@ -178,9 +199,10 @@ def bench_fairness(
     from crosszone.bench.fairness import run_bench
 
     _need_root("the emulator creates network namespaces")
-    run_bench(lambda line: print(json.dumps(line), flush=True), rounds=rounds,
-              duration=duration, greedy=greedy, greedy_loaders=greedy_loaders,
-              rate_mbps=rate_mbps)
+    with Progress("bench fairness") as p:
+        p.step(f"{rounds} rounds of {duration:g} s, greedy tenant {greedy}")
+        run_bench(_emitter(p), rounds=rounds, duration=duration, greedy=greedy,
+                  greedy_loaders=greedy_loaders, rate_mbps=rate_mbps)
 
 
 def _csv(value: str, allowed: tuple[str, ...], what: str) -> list[str]:
@@ -241,7 +263,9 @@ def bench_failover(
             out.flush()
 
     try:
-        failover.run(b, chosen, evs, trials, emit=_print_line, detail=to_detail)
+        with Progress("bench failover") as p:
+            p.step(f"{trials} trials of {', '.join(evs)} on {', '.join(chosen)} gateways")
+            failover.run(b, chosen, evs, trials, emit=_line_emitter(p), detail=to_detail)
     finally:
         if out:
             out.close()
@@ -263,8 +287,10 @@ def bench_switches(
     dep = _running_deployment()
     sets = tuple(_csv(targets, tuple(kinds.switch_targets()), "unknown gateway set"))
     b = failover.Bench(dep, object_path("xdp_drop"), rate=rate, flows=flows)
-    failover.run_switches(b, count, sets, emit=_print_line,
-                          cli=[crosszone_gateway.crosszone_bin()])
+    with Progress("bench switches") as p:
+        p.step(f"{count} switches between {', '.join(sets)} under the probe")
+        failover.run_switches(b, count, sets, emit=_line_emitter(p),
+                              cli=[crosszone_gateway.crosszone_bin()])
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:

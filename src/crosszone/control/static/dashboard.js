@@ -209,7 +209,10 @@ function draw(doc) {
   document.body.dataset.updated = String(doc.time);
 }
 
+// Every POLL_MS from the start of the previous request (not from its end), so a slow answer
+// does not stretch the period.
 async function poll() {
+  const started = Date.now();
   try {
     const headers = token ? {Authorization: `Bearer ${token}`} : {};
     const r = await fetch(`/v1/dashboard?window=${WINDOW_S}`, {headers, cache: "no-store"});
@@ -225,7 +228,7 @@ async function poll() {
   } catch (err) {
     document.getElementById("updated").textContent = `controller unreachable (${err})`;
   }
-  setTimeout(poll, POLL_MS);
+  setTimeout(poll, Math.max(0, POLL_MS - (Date.now() - started)));
 }
 
 document.getElementById("login").addEventListener("submit", (ev) => {

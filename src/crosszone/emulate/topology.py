@@ -141,8 +141,9 @@ class StorageSpec(_Strict):
 
 
 class BfdSpec(_Strict):
-    # Short but not 10 ms: on a loaded 2-core box bfdd is sometimes descheduled for tens of ms,
-    # and a flapping session would be a false failure.
+    # 30 ms x 5. 10 ms x 3 detects in 30 ms, but FRR's bfdd then took 15 to 35 % of a CPU per
+    # daemon (six per emulation), the 2-core box starved and sessions flapped: see
+    # docs/emulate.md, "Failover". A deployment with BFD in hardware runs 10 ms x 3.
     interval_ms: int = Field(default=30, ge=10, le=10_000)
     multiplier: int = Field(default=5, ge=2, le=255)
 

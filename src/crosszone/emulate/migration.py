@@ -47,7 +47,7 @@ from crosszone.workload import probe
 SHARE_TOLERANCE = 2.5
 #: Below this p99 (ms) latency is noise on a shared two-core box, not a slower path: latency
 #: factors are taken against at least this much.
-LATENCY_FLOOR_MS = 20.0
+LATENCY_FLOOR_MS = 50.0
 PROBE_PATH = "/meta/shard-00000.json"
 
 
@@ -214,13 +214,15 @@ class EmulatorDriver:
         src, dst = self.sides(plan)
         first, then = (dst, src) if on else (src, dst)
         self.configure(first, frr.prefix_commands([], prefixes, False))
-        both = {f"g{g.index}" for g in src + dst}
-        self._wait(dict.fromkeys(prefixes, (both, None)), want_present=True,
-                   what="canary prefixes on both sides")
+        self._wait(dict.fromkeys(prefixes, ({f"g{g.index}" for g in first}, None)),
+                   want_present=True, what="canary prefixes announced")
         if on or not self._weight_active():
             self.configure(then, frr.prefix_commands([], prefixes, True), check=False)
-        keep = {f"g{g.index}" for g in (dst if on or self._weight_active() else src)}
-        self._wait(dict.fromkeys(prefixes, (keep, None)), what="canary prefixes moved")
+            keep = first
+        else:  # off mid-shift: the canary prefixes follow the weights with the rest from now on
+            keep = src + dst
+        self._wait(dict.fromkeys(prefixes, ({f"g{g.index}" for g in keep}, None)),
+                   what="canary prefixes moved")
         self.canary_on = on
 
     def _weight_active(self) -> bool:

@@ -62,6 +62,8 @@ class EmulatorDriver:
     dep: Deployment
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
+    #: where failed probes are described (the guard only counts them)
+    log: Callable[[str], None] = lambda _m: None
     canary_on: bool = False
     baseline_p99_ms: float | None = None
     #: events of the last set_weight: {"announce_ms", "converge_ms"}
@@ -231,6 +233,9 @@ class EmulatorDriver:
     def probe_canary(self, plan: Plan) -> dict[str, float]:
         """Canary reads vs production reads of the same documents."""
         canary = probe.run_round(self.targets(self.endpoints(plan, canary=True)))
+        for o in canary:
+            if not o.ok:
+                self.log(f"canary probe failed after {o.ms:.0f} ms: {o.error}")
         legacy = probe.run_round(self.targets(self.endpoints(plan, canary=False)))
         base = max(probe.p99_ms(legacy), LATENCY_FLOOR_MS)
         self.baseline_p99_ms = base
@@ -315,6 +320,9 @@ class EmulatorDriver:
         """Guard readings: probe errors and p99 factor, target drops, sessions down."""
         src, dst = self.sides(plan)
         outcomes = probe.run_round(self.targets(self.endpoints(plan, canary=False)))
+        for o in outcomes:
+            if not o.ok:
+                self.log(f"guard probe failed after {o.ms:.0f} ms: {o.error}")
         if self.baseline_p99_ms is None:
             self.baseline_p99_ms = max(probe.p99_ms(outcomes), LATENCY_FLOOR_MS)
         drops = self._drops(dst)
@@ -330,12 +338,7 @@ class EmulatorDriver:
         for gw in gws:
             if not kinds.get(gw.kind).attaches:
                 continue
-            maps = pinned_maps(gw.pin_dir)
-            try:
-                now = sum(pk for r, (pk, _b) in maps.reason_stats().items()
-                          if r.name.lower().startswith("drop_"))
-            finally:
-                maps.close()
+            now = _reason_packets(gw, "drop_")
             total += max(0, now - self._drops0.get(gw.name, now))
             self._drops0[gw.name] = now
         return total
@@ -343,7 +346,7 @@ class EmulatorDriver:
     def source_packets(self, plan: Plan) -> int:
         """IP datagrams the source gateways' kernels have forwarded (both families)."""
         src, _ = self.sides(plan)
-        return sum(_forwarded(self.dep, gw) for gw in src)
+        return sum(forwarded_packets(self.dep, gw) for gw in src)
 
     def retire(self, plan: Plan) -> list[str]:
         """Withdraw the source gateways; the target announces without weights."""
@@ -380,9 +383,21 @@ def _matches(weights: dict[str, int], devices: set[str], pct: float | None, new:
     return pct is None or abs(share(weights, new) - pct) <= SHARE_TOLERANCE
 
 
-def _forwarded(dep: Deployment, gw: Gateway) -> int:
-    """ForwDatagrams (IPv4) + OutForwDatagrams (IPv6) of a gateway's namespace: forwarded
-    packets only, not its own BGP and BFD."""
+def _reason_packets(gw: Gateway, prefix: str) -> int:
+    """Packets counted under the fast-path reasons whose name starts with `prefix`."""
+    maps = pinned_maps(gw.pin_dir)
+    try:
+        return sum(pk for r, (pk, _b) in maps.reason_stats().items()
+                   if r.name.lower().startswith(prefix))
+    finally:
+        maps.close()
+
+
+def forwarded_packets(dep: Deployment, gw: Gateway) -> int:
+    """Packets a gateway forwarded, not its own BGP and BFD: the fast path's fwd_* counters,
+    or a kernel gateway's ForwDatagrams (IPv4) + OutForwDatagrams (IPv6)."""
+    if kinds.get(gw.kind).attaches:
+        return _reason_packets(gw, "fwd_")
     out = dep.ex.output(["ip", "netns", "exec", gw.ns, "cat", "/proc/net/snmp",
                          "/proc/net/snmp6"], check=False)
     total = 0
@@ -394,4 +409,3 @@ def _forwarded(dep: Deployment, gw: Gateway) -> int:
         elif line.startswith("Ip6OutForwDatagrams"):
             total += int(line.split()[1])
     return total
-

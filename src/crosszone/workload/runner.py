@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,8 +134,10 @@ def _live_table(progress: dict[str, dict[str, Any]], elapsed: float, duration: f
 
 
 def run(targets: Targets, duration: float = 15.0, loaders: int = 2,
-        console: Console | None = None) -> WorkloadResult:
-    """Run one worker per endpoint, show progress, return the merged result."""
+        console: Console | None = None,
+        on_progress: Callable[[str, dict[str, Any]], None] | None = None) -> WorkloadResult:
+    """Run one worker per endpoint, show progress, return the merged result. `on_progress`
+    sees every progress line as it arrives (a benchmark attributes errors to time with it)."""
     console = console or Console()
     procs = {ep.name: subprocess.Popen(worker_argv(targets, i, duration, loaders),
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -150,6 +153,8 @@ def run(targets: Targets, duration: float = 15.0, loaders: int = 2,
                 doc = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if on_progress is not None:
+                on_progress(name, doc)
             with lock:
                 if doc.get("type") == "result":
                     results[name] = doc

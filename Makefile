@@ -9,9 +9,11 @@ BPF_HDRS := $(wildcard $(BPF_SRC)/*.h)
 # instructions than with clang 14's default v1 (llvm-objdump: 3180 lines against 3510).
 BPF_CFLAGS := -O2 -g -target bpf -mcpu=v3 -Wall -Werror -I/usr/include/$(shell uname -m)-linux-gnu
 APT_PKGS := clang llvm libbpf-dev bpftool iproute2 nftables frr nginx-light etcd-server \
-            etcd-client iputils-ping tcpdump libelf1 ethtool
+            etcd-client iputils-ping tcpdump libelf1 ethtool prometheus chromium chromium-driver
 BPF_OBJS := $(BUILD)/xdp_gateway.o $(BUILD)/xdp_gateway_lpm.o $(BUILD)/xdp_floor.o \
-            $(BUILD)/xdp_pass.o $(BUILD)/xdp_drop.o
+            $(BUILD)/xdp_pass.o $(BUILD)/xdp_drop.o $(BUILD)/xdp_gateway_testclock.o
+# The emulator's priority queues: a tc classifier by DSCP (bpf/tc_dscp_class.c, emulate/queues.py).
+BPF_OBJS += $(BUILD)/tc_dscp_class.o
 # Benchmark builds (bpf/bench_harness.h, bpf/bench_spread.h): never attached to a device.
 # Each in two modes: the restore harness for plain test runs, and _live for live-frames runs.
 BENCH_BASE := bench_gateway bench_gateway_lpm bench_gateway_spread bench_gateway_lpm_spread bench_floor \
@@ -49,6 +51,11 @@ $(BUILD)/xdp_gateway.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
 $(BUILD)/xdp_gateway_lpm.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
 	@mkdir -p $(BUILD)
 	clang $(BPF_CFLAGS) -DCZ_ROUTES_LPM_TRIE -c $< -o $@
+
+# The gateway with a clock the tests set (bpf/policy.h: cz_now), for the traffic policy's tests.
+$(BUILD)/xdp_gateway_testclock.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
+	@mkdir -p $(BUILD)
+	clang $(BPF_CFLAGS) -DCZ_TEST_CLOCK -c $< -o $@
 
 # Benchmark variants: -DCZ_BENCH plus what each name says (lpm trie, spread destinations, live);
 # the stem includes ".o", so the plain names match too.

@@ -4,6 +4,8 @@
    traffic through it, and a table of verdicts, reasons and rewritten headers.
 2. The emulated two-zone deployment: the same AI storage workload through legacy x86-style
    kernel gateways, then, after a BGP switch, through crosszone gateways; a side-by-side table.
+   Then queues at the bottleneck ports and the same workload with the traffic policy off and
+   on: small requests' latency next to bulk goodput.
 3. One gateway core, forwarding only: the same MTU-size VXLAN stream through a legacy gateway,
    a crosszone gateway and a bare XDP forwarder (the machine's limit). On a 2-core box the whole
    emulation in part 2 saturates the CPUs, so end-to-end throughput shows parity; this part

@@ -20,15 +20,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
-from crosszone.emulate import crosszone_gateway as xgw
+from crosszone.bench.failover import start_probe
 from crosszone.emulate import deploy, topology
 from crosszone.emulate.vty import Vty
+from crosszone.fastpath.deploy import pinned_maps
+from crosszone.fastpath.sink import MapSink
 from crosszone.linux import netns
 from crosszone.migrate import engine as eng
 from crosszone.store.sqlite_store import SqliteStore
-from crosszone.workload import udp_probe
+from crosszone.workload.udp_probe import analyse
 
 pytestmark = pytest.mark.integration
 
@@ -72,27 +73,22 @@ def _hops(dep: deploy.Deployment) -> set[str]:
 
 
 class Probe:
-    """The UDP probe between a production endpoint and a storage node, both families."""
+    """The UDP probe between a production endpoint and a storage node, both families, both
+    directions (bench.failover's peers)."""
 
-    def __init__(self, dep: deploy.Deployment, pps: int = 1000, flows: int = 16) -> None:
-        ep, node = dep.plan.endpoints[0], dep.plan.storage_nodes[0]
-        mod = [sys.executable, "-m", "crosszone.workload.udp_probe"]
-        self.echo = subprocess.Popen(["ip", "netns", "exec", node.ns, *mod, "echo"],
-                                     stdout=subprocess.PIPE, text=True)
-        time.sleep(0.5)
-        self.send = subprocess.Popen(["ip", "netns", "exec", ep.ns, *mod, "send", "--servers",
-                                      f"{node.addr},{node.addr6}", "--pps", str(pps),
-                                      "--flows", str(flows)], stdout=subprocess.PIPE, text=True)
+    def __init__(self, dep: deploy.Deployment, tmp: Path, pps: int = 1000,
+                 flows: int = 16) -> None:
+        self.pps, self.flows = pps, flows
+        self.running = start_probe(dep.plan, dep.plan.endpoints[0], dep.plan.storage_nodes[0],
+                                   pps, flows, tmp, max_s=300)
 
     def result(self) -> tuple[int, int]:
-        """(sent, lost) after stopping both ends."""
-        out = []
-        for p in (self.send, self.echo):
-            p.terminate()
-            stdout, _ = p.communicate(timeout=60)
-            out.append(json.loads(stdout.splitlines()[-1]))
-        sent, echoed = out
-        return sent["sent"], len(udp_probe.losses(sent, echoed))
+        """(sent, lost) over every stream after stopping the peers."""
+        sent = lost = 0
+        for s, r in self.running.stop().values():
+            a = analyse(s, r, int(1e9 / self.pps), self.flows)
+            sent, lost = sent + a.sent, lost + a.lost
+        return sent, lost
 
 
 def test_refuses_when_maps_differ_or_a_session_is_down(dep: deploy.Deployment,
@@ -100,17 +96,19 @@ def test_refuses_when_maps_differ_or_a_session_is_down(dep: deploy.Deployment,
     store = f"sqlite://{tmp_path}/m.db"
     before = _hops(dep)
     gw = dep.plan.gateways_of("crosszone")[0]
-    path = xgw.intent_path(gw)
-    original = path.read_text()
-    doc = yaml.safe_load(original)
-    doc["hosts"][0]["mac"] = "02:00:00:00:00:99"  # the intent moved on, the maps did not
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    # One host entry vanishes from the gateway's kernel map behind its agent's back.
+    maps = pinned_maps(gw.pin_dir)
+    hosts = MapSink(maps).read({}, ["hosts"])["hosts"]
+    key, value = next(iter(hosts.items()))
+    maps.maps["hosts"].delete(key)
     try:
         res = _cli(store, "start", "--canary", "c", "--dwell", "1s", check=False)
     finally:
-        path.write_text(original)
+        maps.maps["hosts"].update(key, value)
+        maps.close()
     assert res.returncode != 0
     assert f"{gw.name}: maps in the kernel differ" in res.stderr.replace("\n", " ")
+    assert "hosts 1" in res.stderr.replace("\n", " ")
     other = dep.plan.gateways_of("crosszone")[1]
     vty = Vty(other.ns)
     vty.run(["configure terminal", "router bgp 65100",
@@ -130,7 +128,7 @@ def test_refuses_when_maps_differ_or_a_session_is_down(dep: deploy.Deployment,
 def test_full_migration_then_rollback_under_the_probe(dep: deploy.Deployment,
                                                       tmp_path: Path) -> None:
     store = f"sqlite://{tmp_path}/m.db"
-    probe = Probe(dep)
+    probe = Probe(dep, tmp_path)
     try:
         time.sleep(1.0)
         _cli(store, "start", "--canary", "c", "--steps", "10,50,100", "--dwell", "2s")
@@ -196,7 +194,7 @@ def test_killed_runner_resumes_at_its_step(dep: deploy.Deployment, tmp_path: Pat
     store = f"sqlite://{tmp_path}/m.db"
     db = SqliteStore(f"{tmp_path}/m.db")
     kill_at = random.choice([1, 2])
-    probe = Probe(dep)
+    probe = Probe(dep, tmp_path)
     try:
         runner = subprocess.Popen([*CLI, "start", "--canary", "c", "--steps", "10,50,100",
                                    "--dwell", "3s", "--store", store],

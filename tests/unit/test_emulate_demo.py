@@ -157,3 +157,23 @@ def test_bfdd_runs_real_time_and_the_workload_below_the_network() -> None:
     assert argv[argv.index("--nice") + 1] == str(runner.WORKLOAD_NICE) and runner.WORKLOAD_NICE > 0
     assert f"worker_priority {runner.WORKLOAD_NICE};" in storage.nginx_config(
         p, p.storage_nodes[0])
+
+
+def test_policy_rows_take_the_queues_and_policy_of_the_policy_topology() -> None:
+    base = topology.plan(topology.load(topology.DEFAULT_TOPOLOGY))
+    source = topology.load(demo.POLICY_TOPOLOGY)
+    p = demo.with_policy_queues(base, source)
+    assert base.spec.queues is None and p.spec.queues == source.queues
+    assert p.spec.policy.elephant_bytes == source.policy.elephant_bytes
+    assert not p.spec.policy.enabled
+    assert p.namespaces == base.namespaces  # the same deployment, queues added
+
+
+def test_policy_table_compares_off_and_on() -> None:
+    def res(lat_ms: int, gb: float) -> runner.WorkloadResult:
+        return runner.WorkloadResult(duration_s=10, endpoints=2, read_bytes=int(gb * 1.25e9),
+                                     small_lat_us=[lat_ms * 1000] * 100)
+
+    table = demo.policy_table("crosszone", {"off": res(100, 1.0), "on": res(10, 0.9)})
+    assert table.row_count == 2
+    assert "10.0x better" in str(table.caption) and "0.90" in str(table.caption)

@@ -9,9 +9,10 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
+from crosszone.emulate import control_plane, deploy, frr, kinds, legacy_gateway, topology
 from crosszone.emulate import crosszone_gateway as xgw
-from crosszone.emulate import deploy, frr, legacy_gateway, topology
 from crosszone.linux import netns
 
 pytestmark = pytest.mark.unit
@@ -86,13 +87,20 @@ def test_route_nexthops_and_sessions_parsing() -> None:
 
 
 def test_intent_matches_the_plan(plan: topology.Plan) -> None:
-    gw = plan.gateways_of("crosszone")[0]
-    doc = xgw.intent(plan, gw)
-    assert doc["gateway"]["vtep"] == "10.0.0.100"
-    assert [i["name"] for i in doc["gateway"]["interfaces"]] == ["c0", "s0"]
-    assert doc["gateway"]["interfaces"][0]["next_hop_mac"] == gw.compute_peer_mac
-    assert doc["storage_pools"][0]["next_hops"][0]["mac"] == gw.storage_peer_mac
+    gws = plan.gateways_of("crosszone")
+    doc = control_plane.cluster_intent(plan)
+    assert [g["name"] for g in doc["gateways"]] == [g.name for g in gws]
+    for gw, g in zip(gws, doc["gateways"], strict=True):
+        assert g["vtep"] == "10.0.0.100"
+        assert [i["name"] for i in g["interfaces"]] == ["c0", "s0"]
+        assert g["interfaces"][0]["next_hop_mac"] == gw.compute_peer_mac
+        assert doc["storage_pools"][0]["next_hops"][0]["mac"] == gw.storage_peer_mac
     assert len(doc["hosts"]) == len(plan.endpoints)
+    # The single-gateway file `fastpath attach` takes is the same intent, narrowed.
+    one = xgw.intent(plan, gws[0])
+    assert [g["name"] for g in one["gateways"]] == [gws[0].name]
+    assert {k: v for k, v in one.items() if k != "gateways"} == {
+        k: v for k, v in doc.items() if k != "gateways"}
     assert {v["vni"] for v in doc["vpcs"]} == {1001, 1002}
 
 
@@ -107,3 +115,30 @@ def test_build_ops_are_planned_not_run(plan: topology.Plan) -> None:
     lgw = next(t for p, t in confs.items() if p.endswith(f"{topology.PREFIX}lgw1/frr.conf"))
     xg = next(t for p, t in confs.items() if p.endswith(f"{topology.PREFIX}xgw1/frr.conf"))
     assert "network 10.0.0.100/32" in lgw and "network 10.0.0.100/32" not in xg
+
+
+def test_cluster_intent_is_valid_and_compiles_for_every_gateway(plan: topology.Plan) -> None:
+    """The emulation's intent passes the one checker, and each gateway compiles from it."""
+    from crosszone.compile.tables import compile_tables
+    from crosszone.intent.cluster import parse_cluster
+
+    c = parse_cluster(yaml.safe_dump(control_plane.cluster_intent(plan)))
+    for gw in plan.gateways_of("crosszone"):
+        assert compile_tables(c, gw.name) is not None
+
+
+def test_cluster_intent_refuses_a_topology_without_crosszone_gateways() -> None:
+    spec = topology.load(ROOT / "examples" / "emulate-small.yaml")
+    doc = spec.model_dump(mode="json") | {"gateways": {"legacy": 2, "crosszone": 0}}
+    only_legacy = topology.plan(topology.TopologySpec.model_validate(doc))
+    with pytest.raises(kinds.DeployError, match="no crosszone gateway"):
+        control_plane.cluster_intent(only_legacy)
+    assert control_plane.pidfiles(only_legacy) == []
+
+
+def test_control_plane_ports_follow_the_instance(plan: topology.Plan) -> None:
+    gws = plan.gateways_of("crosszone")
+    ports = [control_plane.port_base()] + [
+        int(control_plane.agent_metrics(g).rsplit(":", 1)[1]) for g in gws]
+    assert len(set(ports)) == len(ports)
+    assert all(1024 < p < 65536 for p in ports)

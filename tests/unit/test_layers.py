@@ -16,7 +16,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "crosszone"
 #: Lowest first; a package may import its own rank or any lower one. Packages on one rank are
 #: siblings that may not import each other (the tuple form).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("abi", "linux"),
+    ("abi", "linux", "progress"),
     ("intent",),
     ("compile",),
     ("store",),

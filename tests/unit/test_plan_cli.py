@@ -185,7 +185,7 @@ def test_simulate_table_and_errors(app, tmp_path):
 def test_bench_simulate_small(app):
     result = run(app, "bench", "simulate", "--servers", "20", "--duration", "60s", "--json")
     assert result.exit_code == 0, result.output
-    lines = [json.loads(text) for text in result.output.splitlines()]
+    lines = [json.loads(text) for text in result.stdout.splitlines()]
     # One line per tier, each its own simulation of the whole cluster.
     assert [line["tier"] for line in lines] == ["x86 50G x 22", "tofino 1.6T x 1"]
     for line in lines:

@@ -35,6 +35,9 @@ CZ_ROUTE6_SLOTS = 1 << CZ_ROUTE6_SLOT_BITS
 CZ_VTEP_SLOT_BITS = 22
 CZ_VTEP_SLOTS = 1 << CZ_VTEP_SLOT_BITS
 CZ_SLOT_PROBES = 64
+CZ_FLOW_SLOT_BITS = 17
+CZ_FLOW_SLOTS = 1 << CZ_FLOW_SLOT_BITS
+CZ_FLOWLET_MIX = 0x9E3779B1
 CZ_VXLAN_PORT = 4789
 CZ_OUTER_TTL = 64
 CZ_SPORT_BASE = 49152
@@ -42,6 +45,8 @@ CZ_SPORT_MASK = 0x3FFF
 
 # bpf/structs.h flags and actions
 CZ_CFG_TRACE = 1 << 0
+CZ_CFG_POLICY = 1 << 1
+CZ_CFG_RATES = 1 << 2
 CZ_VPC_HAS4 = 1 << 0
 CZ_VPC_HAS6 = 1 << 1
 CZ_VPC_XLAT4 = 1 << 2
@@ -67,13 +72,20 @@ IP6_HALVES = BE64 * 2
 
 
 class CzConfig(ctypes.Structure):
-    """struct cz_config { __be32 vtep; __u32 flags; __u32 compute_port; __u32 reserved; };"""
+    """struct cz_config { __be32 vtep; __u32 flags; __u32 compute_port; __u8 small_dscp;
+    __u8 bulk_dscp; __u16 reserved; __u64 elephant_bytes; __u64 flowlet_gap_ns;
+    __u64 flow_idle_ns; };"""
 
     _fields_ = [
         ("vtep", c_uint8 * 4),
         ("flags", c_uint32),
         ("compute_port", c_uint32),
-        ("reserved", c_uint32),
+        ("small_dscp", c_uint8),
+        ("bulk_dscp", c_uint8),
+        ("reserved", c_uint16),
+        ("elephant_bytes", c_uint64),
+        ("flowlet_gap_ns", c_uint64),
+        ("flow_idle_ns", c_uint64),
     ]
 
 
@@ -85,7 +97,8 @@ class CzPort(ctypes.Structure):
 
 class CzVpc(ctypes.Structure):
     """struct cz_vpc { __u32 vpc_id, flags; __be32 prefix4, mask4, sf4; __u8 prefix6[16], mask6[16],
-    sf6[16]; __u8 n_plens4, n_plens6; __u8 plens4[33]; __u8 plens6[32]; __u8 reserved; };"""
+    sf6[16]; __u8 n_plens4, n_plens6; __u8 plens4[33]; __u8 plens6[32]; __u8 reserved;
+    __u64 rate_ns_per_mib; __u64 burst_ns; };"""
 
     _fields_ = [
         ("vpc_id", c_uint32),
@@ -101,6 +114,8 @@ class CzVpc(ctypes.Structure):
         ("plens4", c_uint8 * CZ_MAX_PLENS4),
         ("plens6", c_uint8 * CZ_MAX_PLENS6),
         ("reserved", c_uint8),
+        ("rate_ns_per_mib", c_uint64),
+        ("burst_ns", c_uint64),
     ]
 
 
@@ -233,6 +248,38 @@ class CzVpcCounter(ctypes.Structure):
     ]
 
 
+class CzPolicyCounter(ctypes.Structure):
+    """struct cz_policy_counter { __u64 small_packets, bulk_packets, flowlet_moves,
+    rate_drop_packets, rate_drop_bytes; };"""
+
+    _fields_ = [
+        ("small_packets", c_uint64),
+        ("bulk_packets", c_uint64),
+        ("flowlet_moves", c_uint64),
+        ("rate_drop_packets", c_uint64),
+        ("rate_drop_bytes", c_uint64),
+    ]
+
+
+class CzFlow(ctypes.Structure):
+    """struct cz_flow { __u32 vpc_id; __u8 dir, proto, family, live; __u32 src[4], dst[4];
+    __u32 ports; __u32 salt; __u64 bytes; __u64 last_ns; };"""
+
+    _fields_ = [
+        ("vpc_id", c_uint32),
+        ("dir", c_uint8),
+        ("proto", c_uint8),
+        ("family", c_uint8),
+        ("live", c_uint8),
+        ("src", IP6),
+        ("dst", IP6),
+        ("ports", c_uint8 * 4),
+        ("salt", c_uint32),
+        ("bytes", c_uint64),
+        ("last_ns", c_uint64),
+    ]
+
+
 class CzTrace(ctypes.Structure):
     """struct cz_trace { enum cz_reason reason; __u32 port; __u32 vpc_id; __u32 seq; };"""
 
@@ -260,6 +307,8 @@ MIRRORS: dict[str, type[ctypes.Structure]] = {
     "cz_counter": CzCounter,
     "cz_vpc_counter": CzVpcCounter,
     "cz_trace": CzTrace,
+    "cz_policy_counter": CzPolicyCounter,
+    "cz_flow": CzFlow,
 }
 
 

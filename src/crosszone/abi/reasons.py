@@ -40,6 +40,7 @@ class Reason(enum.IntEnum):
     DROP_REDIRECT_FAILED = 25
     DROP_REPLY_WRONG_PORT = 26
     DROP_ICMP_QUOTE = 27
+    DROP_VPC_RATE = 28
 
     @property
     def c_name(self) -> str:

@@ -28,6 +28,9 @@ def agent_cmd(
     reattach: bool = typer.Option(False, "--reattach",
                                   help="Load and attach the program even if pinned (an "
                                        "upgrade); the pinned maps are kept."),
+    frr_vty: Path = typer.Option(None, "--frr-vty",
+                                 help="FRR's vty socket directory: export the gateway's BGP "
+                                      "and BFD sessions (crosszone_bgp_session_up, ...)."),
 ) -> None:
     """Attach the fast path if needed, then keep its maps equal to the store's intent."""
     import signal
@@ -41,6 +44,7 @@ def agent_cmd(
         fastpath_hooks,
         ifindex_in,
     )
+    from crosszone.agent.routing import RoutingCollector
     from crosszone.fastpath.deploy import pinned_maps
     from crosszone.fastpath.sink import MapSink
     from crosszone.store.store import open_store
@@ -55,6 +59,8 @@ def agent_cmd(
     agent = Agent(gateway, st, sink, ifindex_in(netns or None),
                   state_file=state_file or default_state_file(pins), read_actual=sink.read)
     fastpath_hooks(agent, maps)
+    agent.metrics.registry.register(RoutingCollector(
+        ["vtysh", "--vty_socket", str(frr_vty)] if frr_vty else None, netns or None))
     if metrics:
         host, _, port = metrics.rpartition(":")
         start_http_server(int(port), addr=host or "127.0.0.1", registry=agent.metrics.registry)

@@ -16,6 +16,7 @@ seconds), rejected revisions, store reachability.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -24,6 +25,10 @@ from prometheus_client.registry import Collector
 
 from crosszone.abi import layout
 from crosszone.abi.reasons import Reason
+
+#: Prometheus recording rules over these metrics (per-gateway and per-VPC rates, verdicts by
+#: reason); the emulator's Prometheus loads them, the dashboard and Grafana read their names.
+RECORDING_RULES = Path(__file__).with_name("recording_rules.yml")
 
 CAPACITY = {"routes4": layout.CZ_MAX_ROUTES4, "routes6": layout.CZ_MAX_ROUTES6,
             "hosts": layout.CZ_MAX_HOSTS, "vtep_allowed": layout.CZ_MAX_VTEPS,

@@ -7,11 +7,17 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+
+from crosszone.progress import Progress
+
+if TYPE_CHECKING:
+    from crosszone.emulate.deploy import Deployment
 
 
 def _need_root(what: str) -> None:
@@ -26,13 +32,17 @@ def bench_fastpath(
     hosts: int = typer.Option(100_000, help="Hosts for the return scenario."),
     repeat: int = typer.Option(300_000, help="Iterations per measurement."),
     rounds: int = typer.Option(15, help="Interleaved rounds per scenario (median, best reported)."),
+    policy_only: bool = typer.Option(False, "--policy-only",
+                                     help="Only the traffic policy's on/off scenarios."),
 ) -> None:
-    """Per-packet cost of the fast path vs a MAC-swap floor and an LPM-trie baseline (JSON)."""
+    """Per-packet cost of the fast path vs a MAC-swap floor and an LPM-trie baseline, and of
+    the traffic policy on vs off (JSON)."""
     from crosszone.bench.fastpath import run_bench
 
     _need_root("the benchmark loads BPF programs")
-    run_bench(routes, hosts, repeat, rounds,
-              emit=lambda s: (sys.stdout.write(s + "\n"), sys.stdout.flush()))
+    with Progress("bench fastpath") as p:
+        p.step(f"{routes} routes, {hosts} hosts, {rounds} rounds of {repeat} runs per scenario")
+        run_bench(routes, hosts, repeat, rounds, emit=_line_emitter(p), policy_only=policy_only)
 
 
 def bench_control(
@@ -47,8 +57,10 @@ def bench_control(
     """Validate+compile, program, restart and single-change latency for each store."""
     from crosszone.bench.control import run
 
-    for kind in stores.split(","):
-        print(json.dumps(run(kind, routes, hosts, changes, not verbose_hosts)), flush=True)
+    with Progress("bench control") as p:
+        for kind in stores.split(","):
+            p.step(f"{kind} store: {routes} routes, {hosts} hosts, {changes} changes")
+            print(json.dumps(run(kind, routes, hosts, changes, not verbose_hosts)), flush=True)
 
 
 def bench_forward(
@@ -65,10 +77,13 @@ def bench_forward(
     from crosszone.bench.forward import run_bench, teardown
 
     _need_root("the emulator creates network namespaces")
-    try:
-        run_bench(seconds=seconds, cpu=None if cpu < 0 else cpu, rounds=rounds)
-    finally:
-        teardown()
+    with Progress("bench forward") as p:
+        p.step(f"{rounds} rounds of {seconds:g} s per row (legacy, crosszone, floor)")
+        try:
+            run_bench(seconds=seconds, cpu=None if cpu < 0 else cpu, rounds=rounds)
+        finally:
+            p.step("removing the benchmark's namespaces")
+            teardown()
 
 
 def bench_simulate(
@@ -95,6 +110,8 @@ def bench_simulate(
         parsed = scenario_from_mapping(cluster_scale_mapping(servers, duration), "bench")
         simulated = parsed.duration
         for tier in parsed.tiers:
+            progress.step(f"simulating {servers} servers for {duration} through "
+                          f"{tier.name} x {tier.devices}")
             wall_start, cpu_start = time.perf_counter(), time.process_time()
             result = simulate_tier(parsed, tier, parsed.seed)
             wall = time.perf_counter() - wall_start
@@ -114,7 +131,166 @@ def bench_simulate(
             else:
                 _console().print(line)
 
-    _run(action)
+    with Progress("bench simulate") as progress:
+        _run(action)
+
+
+def _emitter(progress: Progress) -> Callable[[dict[str, Any]], None]:
+    """Print a result object as a JSON line on stdout and say so on stderr."""
+    return _line_emitter(progress, json.dumps)
+
+
+def _line_emitter(progress: Progress, render: Callable[[Any], str] = str
+                  ) -> Callable[[Any], None]:
+    """Print a result line on stdout and say so on stderr."""
+    def emit(item: Any) -> None:
+        line = render(item)
+        _print_line(line)
+        progress.step(f"measured {_what(line)}")
+    return emit
+
+
+def _what(line: str) -> str:
+    """A short name for one result line: the values of the keys that name a row."""
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return "a result"
+    if not isinstance(doc, dict):
+        return "a result"
+    keys = ("scenario", "row", "kind", "gateway", "event", "tier", "mode", "store", "policy")
+    return " ".join(str(doc[k]) for k in keys if isinstance(doc.get(k), str | int)) or "a result"
+
+
+def bench_policy(
+    as_json: bool = typer.Option(True, "--json/--no-json", help="JSON lines (the only format)."),
+    rounds: int = typer.Option(3, "--rounds", min=1, max=20,
+                               help="interleaved off/on rounds per gateway kind"),
+    duration: float = typer.Option(15.0, "--duration", min=5.0, max=300.0,
+                                   help="seconds per round"),
+    warmup: float = typer.Option(3.0, "--warmup", min=0.0, max=60.0,
+                                 help="seconds at the start of a round whose small requests "
+                                      "are not timed"),
+    gateways: str = typer.Option("crosszone,legacy", "--gateways",
+                                 help="gateway kinds, comma-separated"),
+) -> None:
+    """Small-request latency and bulk goodput with the traffic policy off and on (JSON)."""
+    from crosszone.bench.policy import run_bench
+
+    _need_root("the emulator creates network namespaces")
+    if warmup >= duration:
+        raise typer.BadParameter("--warmup must be shorter than --duration")
+    with Progress("bench policy") as p:
+        p.step(f"{rounds} off/on rounds of {duration:g} s for {gateways}")
+        run_bench(_emitter(p), rounds=rounds, duration=duration, warmup=warmup,
+                  gateway_kinds=tuple(k for k in gateways.split(",") if k))
+
+
+def bench_fairness(
+    as_json: bool = typer.Option(True, "--json/--no-json", help="JSON lines (the only format)."),
+    rounds: int = typer.Option(2, "--rounds", min=1, max=20),
+    duration: float = typer.Option(15.0, "--duration", min=5.0, max=300.0),
+    greedy: str = typer.Option("a", "--greedy", help="the greedy tenant's VPC"),
+    greedy_loaders: int = typer.Option(6, "--greedy-loaders", min=1, max=16),
+    rate_mbps: int = typer.Option(100, "--rate-mbps", min=1,
+                                  help="the greedy tenant's rate per gateway, when on"),
+) -> None:
+    """Two tenants, one greedy: bulk goodput per tenant without and with a per-tenant rate."""
+    from crosszone.bench.fairness import run_bench
+
+    _need_root("the emulator creates network namespaces")
+    with Progress("bench fairness") as p:
+        p.step(f"{rounds} rounds of {duration:g} s, greedy tenant {greedy}")
+        run_bench(_emitter(p), rounds=rounds, duration=duration, greedy=greedy,
+                  greedy_loaders=greedy_loaders, rate_mbps=rate_mbps)
+
+
+def _csv(value: str, allowed: tuple[str, ...], what: str) -> list[str]:
+    items = [x.strip() for x in value.split(",") if x.strip()]
+    bad = [x for x in items if x not in allowed]
+    if bad or not items:
+        raise typer.BadParameter(f"{what}: {', '.join(bad) or 'none given'}; "
+                                 f"choose from {', '.join(allowed)}")
+    return items
+
+
+def _print_line(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def _running_deployment() -> Deployment:
+    from crosszone.emulate import deploy, topology
+    from crosszone.emulate import state as st
+
+    _need_root("the bench drives the emulated deployment")
+    state = st.load()
+    if state is None or not state.complete:
+        Console(stderr=True).print("[red]error:[/red] no deployment: `crosszone emulate up`")
+        raise typer.Exit(2)
+    return deploy.make(topology.parse(state.spec, source=str(st.STATE_FILE)))
+
+
+def bench_failover(
+    as_json: bool = typer.Option(True, "--json/--no-json", help="JSON lines (the only format)."),
+    kinds: str = typer.Option("legacy,crosszone", help="Gateway kinds, comma-separated."),
+    events: str = typer.Option("all", help="Events, comma-separated (default: all)."),
+    trials: int = typer.Option(5, min=1, help="Trials per (kind, event)."),
+    rate: float = typer.Option(6000.0, min=100.0,
+                               help="Datagrams/s per direction and family."),
+    flows: int = typer.Option(64, min=1, help="Source ports per direction and family."),
+    detail: Path | None = typer.Option(None, help="Per-trial timelines, JSON lines, to FILE."),
+) -> None:
+    """Loss window and timeline of gateway failures on the running emulator (JSON)."""
+    from crosszone.abi.objects import object_path
+    from crosszone.bench import failover
+    from crosszone.emulate import failures
+    from crosszone.emulate import kinds as gw_kinds
+
+    dep = _running_deployment()
+    chosen = _csv(kinds, tuple(gw_kinds.registry()), "unknown kind")
+    missing = [k for k in chosen if not dep.plan.gateways_of(k)]
+    if missing:
+        raise typer.BadParameter(f"no {', '.join(missing)} gateways in this deployment")
+    evs = list(failures.EVENTS) if events == "all" else _csv(events, failures.EVENTS,
+                                                            "unknown event")
+    b = failover.Bench(dep, object_path("xdp_drop"), rate=rate, flows=flows)
+    out = detail.open("w") if detail else None
+
+    def to_detail(line: str) -> None:
+        if out is not None:
+            out.write(line + "\n")
+            out.flush()
+
+    try:
+        with Progress("bench failover") as p:
+            p.step(f"{trials} trials of {', '.join(evs)} on {', '.join(chosen)} gateways")
+            failover.run(b, chosen, evs, trials, emit=_line_emitter(p), detail=to_detail)
+    finally:
+        if out:
+            out.close()
+
+
+def bench_switches(
+    as_json: bool = typer.Option(True, "--json/--no-json", help="JSON lines (the only format)."),
+    count: int = typer.Option(100, min=1, help="Planned switches to run."),
+    targets: str = typer.Option("crosszone,legacy", help="Sets to alternate between."),
+    rate: float = typer.Option(6000.0, min=100.0,
+                               help="Datagrams/s per direction and family."),
+    flows: int = typer.Option(64, min=1, help="Source ports per direction and family."),
+) -> None:
+    """False BFD/BGP flaps and loss over many planned switches under the probe (JSON)."""
+    from crosszone.abi.objects import object_path
+    from crosszone.bench import failover
+    from crosszone.emulate import crosszone_gateway, kinds
+
+    dep = _running_deployment()
+    sets = tuple(_csv(targets, tuple(kinds.switch_targets()), "unknown gateway set"))
+    b = failover.Bench(dep, object_path("xdp_drop"), rate=rate, flows=flows)
+    with Progress("bench switches") as p:
+        p.step(f"{count} switches between {', '.join(sets)} under the probe")
+        failover.run_switches(b, count, sets, emit=_line_emitter(p),
+                              cli=[crosszone_gateway.crosszone_bin()])
 
 
 def bench_migrate(
@@ -149,4 +325,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     bench_app.command("forward")(bench_forward)
     bench_app.command("control")(bench_control)
     bench_app.command("simulate")(bench_simulate)
+    bench_app.command("policy")(bench_policy)
+    bench_app.command("fairness")(bench_fairness)
+    bench_app.command("failover")(bench_failover)
+    bench_app.command("switches")(bench_switches)
     bench_app.command("migrate")(bench_migrate)

@@ -38,6 +38,7 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +47,7 @@ import numpy as np
 from crosszone.abi import layout as L
 from crosszone.abi.objects import BUILD_DIR
 from crosszone.abi.reasons import Reason
+from crosszone.bench.fastpath_policy import policy_scenarios
 from crosszone.compile.encode import RouteArrays, encode_hosts, encode_route_arrays, encode_tables
 from crosszone.compile.tables import Group, HostEntry, Nexthop, Port, StorageFacing, Tables, Vpc
 from crosszone.fastpath.libbpf import BPF_F_TEST_XDP_LIVE_FRAMES, BpfObject, xdp_ctx
@@ -255,6 +257,11 @@ def load_floor(obj_name: str, live: bool = False) -> Loaded:
     return Loaded(BpfObject.open(BUILD / obj_name), None, "cz_floor", live)
 
 
+def _loader(sfx: str, live: bool, routes: RouteArrays) -> Callable[[str, Tables, int], Loaded]:
+    """load(object stem, tables, hosts) of one mode, every copy with the same routes."""
+    return lambda stem, t, n: load_gateway(f"{stem}{sfx}.o", t, routes, n, live)
+
+
 def _conditions(repeat: int, rounds: int) -> dict:
     cpu = "unknown"
     try:
@@ -339,8 +346,10 @@ def run_bench(
     repeat: int = 1_000_000,
     rounds: int = 5,
     emit=print,
+    policy_only: bool = False,
 ) -> list[dict]:
-    """All scenarios; emit(json line) as each finishes. Returns the result objects."""
+    """All scenarios (policy_only: the traffic policy's on/off scenarios alone); emit(json line)
+    as each finishes. Returns the result objects."""
     results: list[dict] = []
     cond = _conditions(repeat, rounds)
 
@@ -353,6 +362,12 @@ def run_bench(
     tables = bench_tables(LOOPBACK)
     r4, r6 = route_arrays4(routes), route_arrays6(routes)
     fwd = Reason.FWD_TO_STORAGE
+    frames = (vxlan_frame(DST4), vxlan_frame("16.0.0.7"), reply_frame(hosts // 2))
+    if policy_only:
+        for mode, sfx, live in MODES:
+            policy_scenarios(_loader(sfx, live, r4), tables, frames, hosts, repeat, rounds, out,
+                             {"mode": mode, "routes": len(r4.plen)})
+        return results
 
     # Programming speed: bulk arrays -> the slot table of an empty gateway, by the one path
     # (encode -> diff -> sink).
@@ -407,6 +422,8 @@ def run_bench(
                       repeat, rounds)
         out({"scenario": "return_encap_100k_hosts", "hosts": hosts, **tag, **row})
         enc.close()
+        policy_scenarios(_loader(sfx, live, r4), tables, frames, hosts, repeat, rounds, out,
+                         {**tag, "routes": len(r4.plen)})
         floor.close()
         raw_floor.close()
     return results

@@ -23,8 +23,9 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import subprocess
-import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -35,6 +36,7 @@ from typing import Any
 from rich.console import Console
 
 from crosszone.abi.objects import ROOT
+from crosszone.bench.failover import start_probe
 from crosszone.bench.migrate_chart import Sampler, draw
 from crosszone.emulate import deploy, topology
 from crosszone.emulate.migration import EmulatorDriver
@@ -43,8 +45,9 @@ from crosszone.linux import netns
 from crosszone.migrate import engine as eng
 from crosszone.migrate.plan import GUARD_DOCS, Plan
 from crosszone.store.sqlite_store import SqliteStore
-from crosszone.workload import runner, udp_probe
+from crosszone.workload import runner
 from crosszone.workload.runner import Targets
+from crosszone.workload.udp_probe import Record, analyse
 
 TOPOLOGY = ROOT / "examples" / "migrate.yaml"
 STEP_EVENTS = ("step", "rollback_step", "rollback")
@@ -77,20 +80,6 @@ def _tcp_resets(namespaces: list[str]) -> int:
     return total
 
 
-def _probe(ns: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-m",
-                             "crosszone.workload.udp_probe", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _stop_probe(proc: subprocess.Popen[str]) -> dict[str, Any]:
-    proc.terminate()
-    out, err = proc.communicate(timeout=60)
-    if proc.returncode != 0 or not out.strip():
-        raise RuntimeError(f"UDP probe failed (exit {proc.returncode}): {err[-300:]}")
-    return json.loads(out.splitlines()[-1])
-
-
 def _estimate_s(plan: Plan) -> float:
     """How long one migration takes (dwells, plus about a tick and a move per phase)."""
     return plan.canary_dwell_s + len(plan.steps) * (plan.dwell_s + 1.5) + plan.dwell_s + 8
@@ -111,9 +100,23 @@ def _migrate(store: SqliteStore, driver: Moves, plan: Plan, log: Callable[[str],
     return e.state.state, list(e.events)
 
 
+def lost_in(records: dict[str, tuple[Record, Record]], interval_ns: int, flows: int,
+            t0: float, t1: float) -> dict[str, Any]:
+    """What the probe lost of the datagrams sent in [t0, t1) (seconds), per direction."""
+    out = {"lost": 0, "lost_to_storage": 0, "lost_to_compute": 0, "max_gap_ms": 0.0}
+    until = None if t1 == float("inf") else int(t1 * 1e9)
+    for name, (sent, recv) in records.items():
+        a = analyse(sent, recv, interval_ns, flows, int(t0 * 1e9), until)
+        out["lost"] += a.lost
+        out["lost_to_storage" if name.startswith("to_storage") else "lost_to_compute"] += a.lost
+        if a.longest is not None:
+            out["max_gap_ms"] = max(out["max_gap_ms"], round(a.longest.window_ms, 1))
+    return out
+
+
 def step_lines(events: list[dict[str, Any]], moves: list[dict[str, float]],
-               lost: list[tuple[str, int, float]], errors: list[tuple[float, int]],
-               flow_interval_s: float, label: str) -> list[dict[str, Any]]:
+               records: dict[str, tuple[Record, Record]], interval_ns: int, flows: int,
+               errors: list[tuple[float, int]], label: str) -> list[dict[str, Any]]:
     """One line per weight move: what was lost and failed from its announcement to the next."""
     marks = [ev for ev in events if ev["event"] in STEP_EVENTS]
     ends = [ev["t"] for ev in events if ev["event"] in STEP_EVENTS + ("finished",)][1:]
@@ -122,16 +125,11 @@ def step_lines(events: list[dict[str, Any]], moves: list[dict[str, float]],
         move = moves[i] if i < len(moves) else {}
         t0 = move.get("t", ev["t"])
         t1 = ends[i] if i < len(ends) else float("inf")
-        in_step = [x for x in lost if t0 <= x[2] < t1]
-        out.append({
-            "migration": label, "step": ev["step"], "weight_new": ev["weight_new"],
-            "lost": len(in_step),
-            "lost_to_storage": sum(d == "to_storage" for d, _f, _t in in_step),
-            "lost_to_compute": sum(d == "to_compute" for d, _f, _t in in_step),
-            "failed_requests": sum(n for t, n in errors if t0 <= t < t1),
-            "max_gap_ms": round(udp_probe.windows_ms(in_step, flow_interval_s), 1)
-            if in_step else 0.0,
-            "converge_ms": move.get("converge_ms"), "announce_ms": move.get("announce_ms")})
+        out.append({"migration": label, "step": ev["step"], "weight_new": ev["weight_new"],
+                    **lost_in(records, interval_ns, flows, t0, t1),
+                    "failed_requests": sum(n for t, n in errors if t0 <= t < t1),
+                    "converge_ms": move.get("converge_ms"),
+                    "announce_ms": move.get("announce_ms")})
     return out
 
 
@@ -159,13 +157,8 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
                       servers=full.servers, shards=full.shards,
                       shard_size_mib=full.shard_size_mib,
                       checkpoint_max_mib=full.checkpoint_max_mib)
-    sender_ep, node = prod[0], p.storage_nodes[0]
     namespaces = [e.ns for e in prod] + [n.ns for n in p.storage_nodes]
     resets0 = _tcp_resets(namespaces)
-    echo = _probe(node.ns, "echo")
-    time.sleep(1.0)
-    sender = _probe(sender_ep.ns, "send", "--servers", f"{node.addr},{node.addr6}",
-                    "--flows", str(flows), "--pps", str(pps))
     errors: list[tuple[float, int]] = []
     last: dict[str, int] = {}
 
@@ -176,6 +169,9 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
         last[name] = n
 
     duration = sum(_estimate_s(pl) for pl in plans) + 15
+    workdir = Path(tempfile.mkdtemp(prefix="czmigrate-probe-"))
+    udp = start_probe(p, prod[0], p.storage_nodes[0], pps, flows, workdir,
+                      max_s=duration + 120)
     result: dict[str, Any] = {}
     wl = threading.Thread(target=lambda: result.setdefault("w", runner.run(
         targets, duration=duration, console=Console(file=open(os.devnull, "w")),  # noqa: SIM115
@@ -204,29 +200,28 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
         wl.join(timeout=duration + 60)
     finally:
         sampler.halt.set()
-        sent = _stop_probe(sender)
-        echoed = _stop_probe(echo)
+        records = udp.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
     if chart is not None:
         draw(sampler.rows, [(m["t"], f"{pl.source}->{pl.target}", int(m["weight_new"]))
                             for pl, _e, moves in histories for m in moves], t_start, chart)
-    lost = udp_probe.losses(sent, echoed)
-    flow_interval = sent["flows"] / sent["rate"]
+    interval_ns = int(1e9 / pps)
     for pl, events, moves in histories:
-        for line in step_lines(events, moves, lost, errors, flow_interval,
+        for line in step_lines(events, moves, records, interval_ns, flows, errors,
                                f"{pl.source}->{pl.target}"):
             lines.append(line)
             emit(json.dumps(line))
     w = result.get("w")
+    total = lost_in(records, interval_ns, flows, 0.0, float("inf"))
     summary = {
-        "summary": True, "migrations": outcomes, "lost": len(lost),
+        "summary": True, "migrations": outcomes, **total,
         "failed_requests": w.errors if w is not None else None,
-        "max_gap_ms": round(udp_probe.windows_ms(lost, flow_interval), 1) if lost else 0.0,
         "total_s": round(total_s, 1),
         "tcp_resets": _tcp_resets(namespaces) - resets0,
         "converge_ms_max": max((x["converge_ms"] or 0) for x in lines) if lines else None,
-        "probe": {"sent": sent["sent"], "pps_per_family": pps, "flows_per_family": flows,
-                  "families": 2, "lost_to_storage": sum(d == "to_storage" for d, *_ in lost),
-                  "lost_to_compute": sum(d == "to_compute" for d, *_ in lost)},
+        "probe": {"sent": sum(len(sent.seq) for sent, _r in records.values()),
+                  "pps_per_family_each_way": pps, "flows_per_family_each_way": flows,
+                  "streams": sorted(records)},
         "workload": w.to_json() if w is not None else None,
         "conditions": {"kernel": platform.release(), "cpus": os.cpu_count(),
                        "load1": round(os.getloadavg()[0], 2), "steps": list(steps),

@@ -55,6 +55,8 @@ class Vpc:
     router_mac: bytes
     plens4: tuple[int, ...]  # descending
     plens6: tuple[int, ...]
+    rate_ns_per_mib: int = 0  # token bucket: ns a MiB takes at the VPC's rate (0: no limit)
+    burst_ns: int = 0  # the bucket's depth as time at that rate
 
     @property
     def flags(self) -> int:
@@ -133,7 +135,13 @@ class Tables:
     nexthops: tuple[Nexthop, ...]
     storage_facing: tuple[StorageFacing, ...]
     hosts: tuple[HostEntry, ...]
-    flags: int = 0
+    flags: int = 0  # CZ_CFG_*
+    # The traffic policy (struct cz_config; read by the fast path only with CZ_CFG_POLICY).
+    small_dscp: int = 0
+    bulk_dscp: int = 0
+    elephant_bytes: int = 0
+    flowlet_gap_ns: int = 0
+    flow_idle_ns: int = 0
     _index: dict = field(default_factory=dict, compare=False, repr=False)
 
     def port_by_name(self, name: str) -> Port:
@@ -173,6 +181,29 @@ def _host_entries(c: Cluster, vpc_id_of: dict[str, int], vni_of: dict[str, int],
                       for addr in hs.addresses_of(i)]
             vteps.add((vni_of[hs.vpcs[i]], vtep))
     return tuple(hosts), frozenset(vteps)
+
+
+MIB_BITS = 8 << 20
+
+
+def rate_fields(rate_mbps: int | None, burst_kib: int) -> tuple[int, int]:
+    """(rate_ns_per_mib, burst_ns) of a VPC's token bucket; (0, 0) without a rate."""
+    if rate_mbps is None:
+        return 0, 0
+    # ns = bits / (Mbit/s) * 1000, rounded to the nearest ns
+    return ((MIB_BITS * 1000 + rate_mbps // 2) // rate_mbps,
+            (burst_kib * 8192 * 1000 + rate_mbps // 2) // rate_mbps)
+
+
+def policy_fields(c: Cluster) -> dict[str, int]:
+    """The config flags and fields of the traffic policy and of the VPCs' rates."""
+    p = c.policy
+    flags = layout.CZ_CFG_POLICY if p.enabled else 0
+    if any(v.rate_mbps is not None for v in c.vpcs):
+        flags |= layout.CZ_CFG_RATES
+    return {"flags": flags, "small_dscp": p.small_dscp, "bulk_dscp": p.bulk_dscp,
+            "elephant_bytes": p.elephant_bytes, "flowlet_gap_ns": p.flowlet_gap_us * 1000,
+            "flow_idle_ns": p.flow_idle_ms * 1_000_000}
 
 
 def compile_tables(c: Cluster, gateway: str, core: bool = False) -> Tables:
@@ -256,6 +287,7 @@ def compile_tables(c: Cluster, gateway: str, core: bool = False) -> Tables:
                 router_mac,
                 plens4,
                 plens6,
+                *rate_fields(v.rate_mbps, v.burst_kib),
             )
         )
         for fam in sorted(own):
@@ -273,4 +305,5 @@ def compile_tables(c: Cluster, gateway: str, core: bool = False) -> Tables:
         nexthops=tuple(nexthops),
         storage_facing=tuple(sfs),
         hosts=hosts,
+        **policy_fields(c),
     )

@@ -10,7 +10,13 @@ field), and nothing is written.
     GET  /v1/status                                      -> desired revision, each gateway's report
     GET  /v1/migration                                   -> the migration state (docs/migrate.md)
     POST /v1/migration/{start|pause|resume|rollback|finish}  -> the command, queued for the runner
+    GET  /v1/dashboard?window=&step=                     -> what the dashboard draws
+    GET  /metrics                                        -> the controller's Prometheus metrics
+    GET  /dashboard, /dashboard/static/*, /dashboard/charts/*.svg   -> the live dashboard
     GET  /healthz
+
+Reads are open by default; with `open_reads=False` (`crosszone controller --reads token`) every
+read but /healthz and the dashboard's page and assets (which hold no data) needs the token too.
 
 Limits (docs/control.md): the token is checked and the body size bounded by `RequestGuard`, an
 ASGI layer in front of FastAPI, before a byte of the body is read, so an unauthenticated or
@@ -26,12 +32,14 @@ import hmac
 import json
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from crosszone.control.dashboard_routes import add_dashboard
 from crosszone.control.service import Controller
 from crosszone.intent.errors import InvalidIntentError
 from crosszone.migrate import engine as migration
@@ -43,6 +51,8 @@ from crosszone.store.store import StoreUnavailable
 # the tables can hold and bounds what one request may make the controller buffer.
 DEFAULT_MAX_BODY = 64 << 20
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: paths readable without the token even when reads need it: they carry no cluster data
+PUBLIC_PATHS = ("/healthz", "/dashboard", "/dashboard/static/")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -73,8 +83,17 @@ class RequestGuard:
     answered before the body is read; the accepted body is read here (at most max_body bytes)
     and replayed to the application."""
 
-    def __init__(self, app: Asgi, token: str, max_body: int) -> None:
+    def __init__(self, app: Asgi, token: str, max_body: int, open_reads: bool = True) -> None:
         self.app, self.token, self.max_body = app, token, max_body
+        self.open_reads = open_reads
+
+    def needs_token(self, method: str, path: str) -> bool:
+        """Writes always; reads unless they are open or the path is public."""
+        if method not in READ_METHODS:
+            return True
+        if self.open_reads:
+            return False
+        return not (path in PUBLIC_PATHS[:2] or path.startswith(PUBLIC_PATHS[2]))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Check the headers, then read a bounded body, then call the application."""
@@ -83,7 +102,7 @@ class RequestGuard:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
                    for k, v in scope.get("headers", [])}
-        if scope["method"] not in READ_METHODS and not bearer_ok(
+        if self.needs_token(scope["method"], scope.get("path", "")) and not bearer_ok(
                 headers.get("authorization", ""), self.token):
             await _refuse(send, 401, "missing or wrong token (Authorization: Bearer <token>)",
                           {"www-authenticate": "Bearer"})
@@ -147,8 +166,12 @@ def _prefix_change(body: bytes) -> PrefixChange:
         raise InvalidIntentError(err["msg"], path="request", where=where) from None
 
 
-def create_app(controller: Controller, token: str, max_body: int = DEFAULT_MAX_BODY) -> Asgi:
-    """The API of one controller behind its RequestGuard; token guards every write."""
+def create_app(controller: Controller, token: str, max_body: int = DEFAULT_MAX_BODY,
+               open_reads: bool = True, prometheus: str | None = None,
+               charts_dir: Path | None = None) -> Asgi:
+    """The API of one controller behind its RequestGuard; token guards every write (and every
+    read of data when open_reads is False). prometheus: the URL the dashboard's rates come
+    from; charts_dir: where the plan and simulation SVGs are."""
     app = FastAPI(title="crosszone controller", version="1", docs_url=None, redoc_url=None,
                   description="Desired state of a crosszone gateway cluster. Writes need "
                   "`Authorization: Bearer <token>`.")
@@ -231,4 +254,5 @@ def create_app(controller: Controller, token: str, max_body: int = DEFAULT_MAX_B
         """Liveness (answered on the event loop: it must never wait for a write)."""
         return {"ok": True, "revision": controller.revision}
 
-    return RequestGuard(app, token, max_body)
+    add_dashboard(app, controller, prometheus, charts_dir)
+    return RequestGuard(app, token, max_body, open_reads)

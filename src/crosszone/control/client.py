@@ -55,6 +55,10 @@ class Client:
         """Desired revision and gateway reports."""
         return self._call("GET", "/v1/status")
 
+    def dashboard(self, window: float = 60) -> dict[str, Any]:
+        """What the dashboard shows (gateways, rates over `window` seconds, migration)."""
+        return self._call("GET", "/v1/dashboard", params={"window": window})
+
     def close(self) -> None:
         """Close the connection pool."""
         self._http.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -52,8 +53,16 @@ def controller_cmd(
                                  help="Largest request body in bytes (larger: 413)."),
     tls_cert: Path | None = typer.Option(None, "--tls-cert", help="PEM certificate: serve https."),
     tls_key: Path | None = typer.Option(None, "--tls-key", help="PEM private key of --tls-cert."),
+    reads: str = typer.Option("open", "--reads",
+                              help="open: anyone who reaches the API may read (status, "
+                                   "dashboard data); token: reads need the token too."),
+    prometheus: str = typer.Option("", "--prometheus", envvar="CROSSZONE_PROMETHEUS",
+                                   help="Prometheus URL the dashboard's rates come from."),
+    charts: Path | None = typer.Option(None, "--charts",
+                                       help="Directory of plan/simulate SVG charts shown on "
+                                            "the dashboard."),
 ) -> None:
-    """Serve the REST API (OpenAPI at /openapi.json) over the store."""
+    """Serve the REST API (OpenAPI at /openapi.json) and the dashboard (/dashboard)."""
     import uvicorn
 
     from crosszone.control.api import create_app
@@ -63,6 +72,8 @@ def controller_cmd(
     token = read_token(token_file, argv_token)
     if not token:
         _fail("a token is required (CROSSZONE_TOKEN or --token-file)")
+    if reads not in ("open", "token"):
+        _fail("--reads is open or token")
     if (tls_cert is None) != (tls_key is None):
         _fail("--tls-cert and --tls-key go together")
     if store.startswith("sqlite://"):
@@ -72,7 +83,9 @@ def controller_cmd(
         Console(stderr=True).print(f"[yellow]warning:[/yellow] {ctl.stored_problem}",
                                    highlight=False)
     host, _, port = listen.rpartition(":")
-    uvicorn.run(create_app(ctl, token, max_body), host=host or "127.0.0.1", port=int(port),
+    app = create_app(ctl, token, max_body, open_reads=reads == "open",
+                     prometheus=prometheus or None, charts_dir=charts)
+    uvicorn.run(app, host=host or "127.0.0.1", port=int(port),
                 log_level="warning",
                 ssl_certfile=str(tls_cert) if tls_cert else None,
                 ssl_keyfile=str(tls_key) if tls_key else None)
@@ -95,21 +108,31 @@ def apply_cmd(
     token_file: Path | None = _TOKEN_FILE,
     argv_token: str | None = _ARGV_TOKEN,
     ca_cert: Path | None = _CA_CERT,
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Send an intent to the controller (validated there and here first)."""
+    """Send an intent to the controller (validated there and here first); progress on
+    stderr."""
     from crosszone.control.client import ControllerError
     from crosszone.intent.cluster import load_cluster
     from crosszone.intent.errors import InvalidIntentError
+    from crosszone.progress import Progress
 
     token = read_token(token_file, argv_token)
     try:
-        load_cluster(file)
-    except InvalidIntentError as exc:
+        with Progress("apply") as progress:
+            progress.step(f"validating {file} ({file.stat().st_size / 1e6:.1f} MB)")
+            load_cluster(file)
+            progress.step(f"sending it to {url}" + (" (dry run)" if dry_run else "")
+                          + "; the controller validates and compiles it again")
+            out = _client(url, token, ca_cert).apply(file.read_text(), dry_run=dry_run)
+    except (InvalidIntentError, ControllerError) as exc:
         _fail(str(exc))
-    try:
-        out = _client(url, token, ca_cert).apply(file.read_text(), dry_run=dry_run)
-    except ControllerError as exc:
-        _fail(str(exc))
+        return
+    except OSError as exc:
+        _fail(f"{file}: {exc.strerror or exc}")
+        return
+    if as_json:
+        print(json.dumps(out))
         return
     title = "dry run: nothing applied" if dry_run else (
         f"applied as revision {out['revision']}" if out["revision"] else "no change")
@@ -157,8 +180,41 @@ def status_cmd(
     console.print(table)
 
 
+def top_cmd(
+    url: str = typer.Option(DEFAULT_URL, "--controller", envvar="CROSSZONE_CONTROLLER"),
+    token_file: Path | None = _TOKEN_FILE,
+    ca_cert: Path | None = _CA_CERT,
+    interval: float = typer.Option(2.0, "--interval", min=0.5, max=60.0,
+                                   help="Seconds between refreshes."),
+    once: bool = typer.Option(False, "--once", help="Print one screen and exit."),
+) -> None:
+    """Live gateways, per-VPC rates, drops by reason and migration, in the terminal."""
+    import time
+
+    from rich.live import Live
+
+    from crosszone.control.client import ControllerError
+    from crosszone.control.top import render
+
+    client = _client(url, read_token(token_file, None), ca_cert)
+    try:
+        if once:
+            console.print(render(client.dashboard()))
+            return
+        with Live(render(client.dashboard()), console=console, screen=False,
+                  auto_refresh=False) as live:
+            while True:
+                time.sleep(interval)
+                live.update(render(client.dashboard()), refresh=True)
+    except ControllerError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        pass
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    """Add controller, apply and status."""
+    """Add controller, apply, status and top."""
     app.command("controller")(controller_cmd)
     app.command("apply")(apply_cmd)
     app.command("status")(status_cmd)
+    app.command("top")(top_cmd)

@@ -10,9 +10,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from crosszone.emulate import deploy, kinds, topology
+from crosszone.emulate import control_plane, deploy, kinds, prometheus, topology
 from crosszone.emulate import state as st
 from crosszone.linux import netns
+from crosszone.progress import Progress
 
 TopologyOpt = typer.Option(topology.DEFAULT_TOPOLOGY, "--topology", "-t",
                            help="Topology YAML (default: examples/two-zone.yaml).")
@@ -54,6 +55,15 @@ def status_table(dep: deploy.Deployment) -> Table:
     table.add_row("fast path", ", ".join(f"{k}={'attached' if v else 'no'}"
                                          for k, v in (state.fastpath if state else {}).items())
                   or "none attached")
+    cp = control_plane.describe(dep.plan)
+    if cp:
+        running = sum(a["running"] for a in cp["agents"].values())
+        table.add_row("control plane", f"controller {cp['controller']['url']} "
+                      f"({'running' if cp['controller']['running'] else 'not running'}), "
+                      f"{running}/{len(cp['agents'])} agents running")
+        table.add_row("prometheus", f"{prometheus.url()} ("
+                      f"{'running' if prometheus.pid() is not None else 'not running'})")
+        table.add_row("dashboard", control_plane.controller_url() + "/dashboard")
     by_addr = {f"g{g.index}": g.name for g in dep.plan.gateways}
     if existing:
         c, s = dep.route_hops()
@@ -62,6 +72,27 @@ def status_table(dep: deploy.Deployment) -> Table:
         table.add_row("storage router -> VPC 1 prefix",
                       ", ".join(sorted(by_addr.get(a, a) for a in s)) or "no route")
     return table
+
+
+def status_json(dep: deploy.Deployment) -> dict[str, object]:
+    """`emulate status --json` (and `emulate up --json`)."""
+    c, s = dep.route_hops()
+    state = st.load()
+    names = {f"g{g.index}": g.name for g in dep.plan.gateways}
+    return {"up": state is not None and state.complete,
+            "active": state.active if state else None,
+            "compute_nexthops": sorted(names.get(x, x) for x in c),
+            "storage_nexthops": sorted(names.get(x, x) for x in s),
+            **control_plane.describe(dep.plan), **_observability(dep)}
+
+
+def _observability(dep: deploy.Deployment) -> dict[str, object]:
+    """Prometheus and the dashboard, when the deployment has a control plane."""
+    if not control_plane.gateways(dep.plan):
+        return {}
+    return {**prometheus.describe(True),
+            "dashboard": {"url": control_plane.controller_url() + "/dashboard",
+                          "charts": str(control_plane.charts_dir())}}
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
@@ -74,18 +105,25 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     app.add_typer(workload, name="workload")
 
     @emulate.command("up")
-    def up(topology_file: Path = TopologyOpt, verbose: bool = False) -> None:
-        """Build the deployment (idempotent)."""
+    def up(topology_file: Path = TopologyOpt, verbose: bool = False,
+           as_json: bool = typer.Option(False, "--json",
+                                        help="Print the status as JSON (progress: stderr).")
+           ) -> None:
+        """Build the deployment (idempotent); progress on stderr."""
         _need_root()
         spec = _load(topology_file)
         dep = deploy.make(spec, netns.Executor(verbose=verbose), str(topology_file))
-        console = Console()
         try:
-            dep.up(log=lambda m: console.print(f"[cyan]up[/cyan] {m}"))
+            with Progress("emulate up") as progress:
+                dep.up(log=progress.step)
         except (deploy.DeployError, netns.CommandFailed) as exc:
-            console.print(f"[red]up failed:[/red] {exc}\n(run `crosszone emulate down` to clean)")
+            Console(stderr=True).print(f"[red]up failed:[/red] {exc}\n"
+                                       "(run `crosszone emulate down` to clean)")
             raise typer.Exit(1) from None
-        console.print(status_table(dep))
+        if as_json:
+            print(json.dumps(status_json(dep)))
+        else:
+            Console().print(status_table(dep))
 
     @emulate.command("down")
     def down() -> None:
@@ -102,13 +140,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         spec, path = _current(topology_file)
         dep = deploy.make(spec, topology_path=path)
         if as_json:
-            c, s = dep.route_hops()
-            state = st.load()
-            names = {f"g{g.index}": g.name for g in dep.plan.gateways}
-            print(json.dumps({"up": state is not None and state.complete,
-                              "active": state.active if state else None,
-                              "compute_nexthops": sorted(names.get(x, x) for x in c),
-                              "storage_nexthops": sorted(names.get(x, x) for x in s)}))
+            print(json.dumps(status_json(dep)))
             return
         Console().print(status_table(dep))
 
@@ -127,6 +159,24 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         except deploy.DeployError as exc:
             console.print(f"[red]switch failed:[/red] {exc}")
             raise typer.Exit(1) from None
+
+    @emulate.command("policy")
+    def policy(on: bool = typer.Option(..., "--on/--off",
+                                       help="mark by flow size (on) or not at all (off)")) -> None:
+        """Turn the traffic policy on or off on every gateway (docs/policy.md)."""
+        from crosszone.emulate import policy as pol
+
+        _need_root()
+        if st.load() is None:
+            Console(stderr=True).print("[red]no deployment: run `crosszone emulate up`[/red]")
+            raise typer.Exit(1)
+        spec, _ = _current(topology.DEFAULT_TOPOLOGY)
+        try:
+            pol.set_policy(netns.Executor(), topology.plan(spec), on)
+        except (deploy.DeployError, netns.CommandFailed) as exc:
+            Console(stderr=True).print(f"[red]policy change failed:[/red] {exc}")
+            raise typer.Exit(1) from None
+        Console().print(f"traffic policy {'on' if on else 'off'}")
 
     @workload.command("run")
     def run(duration: float = typer.Option(15.0, "--duration", min=1.0, max=600.0),

@@ -1,36 +1,24 @@
-"""The crosszone gateway in the emulation: an intent file per gateway and the fast-path commands.
+"""The crosszone gateway in the emulation: programmed by the control plane, inspected by the CLI.
 
 The namespace itself is plumbed like every gateway (links, anycast VTEP on lo, FRR); what makes it
-a crosszone gateway is the XDP program attached by `crosszone fastpath attach`, which reads the
-intent written here. The emulator only speaks to the fast path through that CLI (its contract:
-attach/detach/stats), so the two can evolve separately.
-
-The intent describes exactly this deployment: the compute interface's next hop is the compute
-router's MAC on that link, the storage pool's next hop is the storage router's MAC on the storage
-link (the router then forwards to the nodes), and the host table has one entry per workload
-endpoint (host VTEP, inner address, inner MAC).
+a crosszone gateway is the XDP fast path. `attach` starts the emulation's control plane
+(control_plane.py: a controller with the cluster intent, one agent per gateway); the agent
+attaches the program and keeps its maps equal to the intent. Counters are read with
+`crosszone fastpath stats`, so the emulator needs no fast-path internals.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from crosszone.emulate import control_plane
+from crosszone.emulate.control_plane import crosszone_bin
 from crosszone.emulate.kinds import DeployError
-from crosszone.emulate.topology import RUN_DIR, Gateway, Plan, router_mac
-from crosszone.linux.netns import Cmd, Executor, Op, WriteFile
-
-POOL = "storage"
-
-
-def crosszone_bin() -> str:
-    """The `crosszone` entry point of the running interpreter's environment."""
-    return str(Path(sys.executable).parent / "crosszone")
+from crosszone.emulate.topology import Gateway, Plan
+from crosszone.linux.netns import Cmd, Executor, Op
 
 
 def fastpath_available() -> bool:
@@ -43,73 +31,21 @@ def fastpath_available() -> bool:
     return res.returncode == 0
 
 
-def intent_path(gw: Gateway) -> Path:
-    """Where the intent of `gw` is written."""
-    return RUN_DIR / "intent" / f"{gw.name}.yaml"
-
-
 def intent(p: Plan, gw: Gateway) -> dict[str, Any]:
-    """The intent document (docs/intent.md, version 1) for one crosszone gateway."""
-    vpcs = [
-        {
-            "name": f"vpc-{vpc.name}",
-            "vni": vpc.vni,
-            "prefixes": [str(vpc.prefix)] + ([str(vpc.prefix6)] if vpc.prefix6 else []),
-            "storage_facing": [str(vpc.storage_facing)]
-            + ([str(vpc.storage_facing6)] if vpc.storage_facing6 else []),
-            "router_mac": router_mac(v),
-            "storage_pools": [POOL],
-        }
-        for v, vpc in enumerate(p.spec.vpcs, start=1)
-    ]
-    hosts = [
-        {
-            "name": ep.name,
-            "vpc": f"vpc-{ep.vpc.name}",
-            "vtep": p.hosts[ep.host - 1].vtep,
-            "addresses": [ep.addr] + ([ep.addr6] if ep.addr6 else []),
-            "mac": ep.mac,
-        }
-        for ep in p.endpoints
-    ]
-    return {
-        "version": 1,
-        "gateway": {
-            "name": gw.name,
-            "vtep": str(p.spec.anycast_vtep),
-            "interfaces": [
-                {"name": "c0", "role": "compute", "mac": gw.compute_mac,
-                 "next_hop_mac": gw.compute_peer_mac},
-                {"name": "s0", "role": "storage", "mac": gw.storage_mac},
-            ],
-        },
-        "vpcs": vpcs,
-        "hosts": hosts,
-        "storage_pools": [
-            {
-                "name": POOL,
-                "prefixes": [str(p.spec.storage.subnet)]
-                + ([str(p.spec.storage.subnet6)] if p.ipv6 else []),
-                "next_hops": [{"name": "storage-router", "interface": "s0",
-                               "mac": gw.storage_peer_mac}],
-            }
-        ],
-    }
-
-
-def intent_ops(p: Plan, gw: Gateway) -> list[Op]:
-    """Write the intent file of `gw`."""
-    text = yaml.safe_dump(intent(p, gw), sort_keys=False)
-    return [WriteFile(intent_path(gw), text)]
+    """The emulation's cluster intent narrowed to `gw` (a file `fastpath attach` takes alone)."""
+    doc = control_plane.cluster_intent(p)
+    doc["gateways"] = [g for g in doc["gateways"] if g["name"] == gw.name]
+    return doc
 
 
 def attach_ops(gw: Gateway) -> list[Op]:
-    """Load and attach the fast path in `gw`'s namespace, maps pinned under its pin dir."""
-    return [
-        Cmd(("mkdir", "-p", str(gw.pin_dir))),
-        Cmd((crosszone_bin(), "fastpath", "attach", "--netns", gw.ns,
-             "--intent", str(intent_path(gw)), "--pin-dir", str(gw.pin_dir))),
-    ]
+    """Load and attach the fast path again over `gw`'s pinned maps and reconcile them once with
+    the store (an upgrade: the new program takes over the live maps; bpf_xdp_attach replaces the
+    program on the device atomically). The running agent keeps programming the same maps."""
+    return [Cmd((crosszone_bin(), "agent", "--gateway", gw.name, "--once", "--reattach",
+                 "--store", control_plane.store_url(), "--pin-dir", str(gw.pin_dir),
+                 "--netns", gw.ns, "--metrics", "",
+                 "--state-file", str(control_plane.agent_state_file(gw))))]
 
 
 def router_side_ports(p: Plan, gw: Gateway) -> list[tuple[str, str]]:
@@ -200,16 +136,20 @@ class CrosszoneGateway:
     default_count = 2
 
     def configure(self, p: Plan, gw: Gateway) -> list[Op]:
-        """Write the intent file that `fastpath attach` reads."""
-        return intent_ops(p, gw)
+        """Nothing before the namespaces exist: the control plane programs it at `attach`."""
+        return []
 
     def available(self) -> bool:
         """Whether `crosszone fastpath attach` exists (fastpath_available)."""
         return fastpath_available()
 
     def attach(self, ex: Executor, p: Plan, gw: Gateway) -> None:
-        """`crosszone fastpath attach`, then check that both router-side peers got XDP_PASS."""
-        ex.apply(attach_ops(gw))
+        """Start the controller (once) and `gw`'s agent, which attaches the fast path and
+        programs it; wait until it has applied the intent, then check that both router-side
+        peers got XDP_PASS."""
+        revision = control_plane.start_controller(p)
+        control_plane.start_agent(p, gw)
+        control_plane.wait_applied(gw, revision)
         missing = missing_peer_programs(ex, p, gw)
         if missing:
             raise DeployError(
@@ -219,7 +159,8 @@ class CrosszoneGateway:
                 "tests/integration/test_fastpath_regression.py)")
 
     def detach(self, ns: str, pin_dir: Path) -> list[Op]:
-        """`crosszone fastpath detach`, tolerant of a fast path that was never attached."""
+        """`crosszone fastpath detach`, tolerant of a fast path that was never attached (the
+        agent is stopped before, with the other daemons)."""
         return [Cmd((crosszone_bin(), "fastpath", "detach", "--netns", ns,
                      "--pin-dir", str(pin_dir)), check=False)]
 

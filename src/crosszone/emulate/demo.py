@@ -1,7 +1,9 @@
 """The side-by-side demo: the same training-storage workload through legacy, then crosszone.
 
 `run_demo(console)`: emulate up, workload through the legacy gateways, BGP switch to the
-crosszone gateways, the same workload again, a comparison table, emulate down (always).
+crosszone gateways, the same workload again, a comparison table; then rate-limited priority
+queues on the bottleneck ports and the workload with the traffic policy off and on (small
+requests' latency, `policy_rows`); emulate down (always).
 
 What "gateway CPU" means here: a veth hands a packet to the receiving namespace in softirq
 context on whichever CPU sent it, so no per-namespace process owns the gateway's forwarding work
@@ -31,13 +33,18 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from crosszone.emulate import deploy, kinds, topology
+from crosszone.emulate import deploy, kinds, queues, topology
+from crosszone.emulate import policy as pol
 from crosszone.emulate import state as st
 from crosszone.emulate.kinds import DeployError
 from crosszone.linux import netns
 from crosszone.workload import runner
 
 DEMO_DURATION_S = 20.0
+# The traffic policy's rows: the queues and policy values of this topology on the running
+# deployment (docs/policy.md), small requests of the first POLICY_WARMUP_S seconds untimed.
+POLICY_TOPOLOGY = topology.ROOT / "examples" / "two-zone-policy.yaml"
+POLICY_WARMUP_S = 3.0
 DEMO_LOADERS = 2
 IDLE_BASELINE_S = 4.0
 USER_HZ = 100  # /proc/stat unit (sysconf(_SC_CLK_TCK) is 100 on Linux)
@@ -200,6 +207,51 @@ def comparison_table(rows: list[Row]) -> Table:
     return t
 
 
+def with_policy_queues(p: topology.Plan, source: topology.TopologySpec) -> topology.Plan:
+    """`p` with the queues and the policy values of `source` (the policy off)."""
+    spec = p.spec.model_copy(update={"queues": source.queues, "policy": source.policy})
+    return pol.with_policy(topology.plan(spec), False)
+
+
+def policy_table(kind: str, results: dict[str, runner.WorkloadResult]) -> Table:
+    """Small-request latency and bulk goodput with the policy off and on."""
+    t = Table(title=f"traffic policy through the {kind} gateways (queues: docs/policy.md)")
+    for col in ("policy", "small p50 ms", "small p99 ms", "small p999 ms", "loader Gbps",
+                "checkpoint Gbps", "errors"):
+        t.add_column(col, justify="right")
+    for setting, res in results.items():
+        j = res.to_json()
+        t.add_row(setting, f"{j['small']['p50_ms']:.1f}", f"{j['small']['p99_ms']:.1f}",
+                  f"{j['small']['p999_ms']:.1f}", f"{j['loader']['gbps']:.3f}",
+                  f"{j['checkpoint']['gbps']:.3f}", str(res.errors))
+    off, on = results.get("off"), results.get("on")
+    if off and on and on.percentile_us(0.99) > 0:
+        t.caption = (f"small p99 {off.percentile_us(0.99) / on.percentile_us(0.99):.1f}x better "
+                     f"with the policy; loader goodput on/off "
+                     f"{on.gbps(on.read_bytes) / max(off.gbps(off.read_bytes), 1e-9):.2f}")
+    return t
+
+
+def policy_rows(console: Console, ex: netns.Executor, p: topology.Plan, kind: str,
+                duration: float) -> dict[str, runner.WorkloadResult]:
+    """Queues on the bottleneck ports, then the workload with the policy off and on."""
+    p = with_policy_queues(p, topology.load(POLICY_TOPOLOGY))
+    if p.spec.queues is None:
+        raise DeployError(f"{POLICY_TOPOLOGY} has no `queues:`: the policy would act on nothing")
+    console.print(f"queues: {p.spec.queues.rate_mbit} Mbit/s on {', '.join(p.spec.queues.links)}"
+                  f" ports, strict priority by DSCP; elephant_bytes "
+                  f"{p.spec.policy.elephant_bytes}")
+    ex.apply(queues.plan_ops(p))
+    results: dict[str, runner.WorkloadResult] = {}
+    for setting in ("off", "on"):
+        p = pol.set_policy(ex, p, setting == "on")
+        results[setting] = runner.run(topology.workload_targets(p), duration=duration,
+                                      loaders=DEMO_LOADERS, console=console,
+                                      warmup=POLICY_WARMUP_S)
+    console.print(policy_table(kind, results))
+    return results
+
+
 def verdict(rows: list[Row], baseline: str, expected: list[str]) -> tuple[int, list[str]]:
     """Exit code and notes of a demo: 0 unless a kind other than the baseline had an error or
     has no row. The baseline (legacy) is what crosszone is compared with: its errors are
@@ -274,6 +326,12 @@ def run_demo(console: Console, topology_file: Path = topology.DEFAULT_TOPOLOGY,
                       "to it. Part 3 gives one gateway a core of its own.")
         expected = [k for k in kinds.names() if k != first and dep.plan.gateways_of(k)]
         rc, notes = verdict(rows, first, expected)
+        last = rows[-1].gateway if rows else first
+        console.rule(f"traffic policy off and on, through the {last} gateways")
+        policy = policy_rows(console, ex, dep.plan, last, duration)
+        if last != first and any(r.errors for r in policy.values()):
+            rc = 1
+            notes.append(f"[red]{last}: errors in the policy runs[/red]")
         for note in notes:
             console.print(note)
         return rc

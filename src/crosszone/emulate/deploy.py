@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from crosszone.emulate import frr, kinds, storage
+from crosszone.emulate import control_plane, frr, kinds, prometheus, queues, storage
 from crosszone.emulate import state as st
 from crosszone.emulate.topology import (
     PIN_ROOT,
@@ -148,6 +148,8 @@ def build_ops(p: Plan, active: str) -> list[Op]:
                 links.wire_segmented(gw.ns, "s0")]
         ops += _gateway_base_ops(p, gw)
         ops += kinds.get(gw.kind).configure(p, gw)
+    # After plan_link's pfifo roots, which they replace on the ports they shape.
+    ops += queues.plan_ops(p)
     for node in p.storage_nodes:
         ops += storage.plan_node(p, node)
     ops += frr.start_ops(p.compute_router_ns, frr.router_config(p, "compute"), p.spec)
@@ -165,7 +167,8 @@ def pidfiles(p: Plan) -> list[Path]:
     files = [frr.frr_dir(ns) / f"{d}.pid"
              for ns in [p.compute_router_ns, p.storage_router_ns] + [g.ns for g in p.gateways]
              for d in frr.DAEMONS]
-    return files + [storage.pidfile(n) for n in p.storage_nodes]
+    return (files + [storage.pidfile(n) for n in p.storage_nodes] + control_plane.pidfiles(p)
+            + prometheus.pidfiles(bool(control_plane.gateways(p))))
 
 
 @dataclass
@@ -211,6 +214,11 @@ class Deployment:
                 kind.attach(self.ex, self.plan, gw)
                 state.fastpath[gw.name] = True
                 st.save(state)
+        if any(state.fastpath.values()):
+            log("starting Prometheus (scrapes the agents and the controller every second)")
+            prometheus.start({g.name: control_plane.agent_metrics(g)
+                              for g in control_plane.gateways(self.plan)},
+                             control_plane.controller_url())
         self.wait_sessions()
         state.complete = True
         st.save(state)
@@ -405,13 +413,14 @@ def down(ex: Executor, log: Callable[[str], None] = print, sleep: Sleep = time.s
     names = set(netns.list_namespaces(ex, PREFIX))
     if state:
         names |= {n for n in state.namespaces if n in names}
+        # Daemons first: an agent left running would keep programming what is being detached.
+        pids = [pid for f in state.pidfiles if (pid := _read_pid(Path(f))) is not None]
+        _kill_pids(pids, sleep)
         for gw_name, attached in state.fastpath.items():
             ns = f"{PREFIX}{gw_name}"
             kind = kinds.by_gateway_name(gw_name)
             if attached and ns in names and kind is not None:
                 ex.apply(kind.detach(ns, PIN_ROOT / gw_name))
-        pids = [pid for f in state.pidfiles if (pid := _read_pid(Path(f))) is not None]
-        _kill_pids(pids, sleep)
     # Sweep: whatever still runs inside our namespaces (workers, daemons of a lost state file).
     for ns in sorted(names):
         out = ex.output(["ip", "netns", "pids", ns], check=False)
@@ -419,6 +428,9 @@ def down(ex: Executor, log: Callable[[str], None] = print, sleep: Sleep = time.s
     ex.apply(netns.delete_namespaces(sorted(names)))
     if names:
         log(f"removed {len(names)} namespaces")
+    # Prometheus runs in the root namespace: no sweep finds it, its pidfile does (a lost
+    # state file included).
+    prometheus.stop(sleep=sleep)
     if PIN_ROOT.exists():
         shutil.rmtree(PIN_ROOT, ignore_errors=True)
     if RUN_DIR.exists():

@@ -45,6 +45,8 @@ def _header(ns: str) -> list[str]:
         "frr defaults datacenter",
         f"hostname {ns}",
         f"log file {frr_dir(ns) / 'frr.log'} informational",
+        # microseconds: the failover bench puts these lines on one time axis with netlink's
+        "log timestamp precision 6",
         "!",
     ]
 
@@ -239,17 +241,21 @@ def start_ops(ns: str, config: str, spec: TopologySpec) -> list[Op]:
         # directory holding their pidfiles, sockets and log must be theirs.
         Cmd(("chown", "-R", "frr:frr", str(d))),
     ]
-    for daemon in DAEMONS:
-        conf = d / ("bfdd.conf" if daemon == "bfdd" else "frr.conf")
-        extra = ("--bfdctl", str(d / "bfdd.sock")) if daemon == "bfdd" else ()
-        ops.append(in_ns(
-            ns, *_priority(daemon), str(FRR_BIN / daemon), "-d", "-N", ns, *extra,
-            "-f", str(conf), "-i", str(d / f"{daemon}.pid"),
-            "-z", str(d / "zserv.api"), "--vty_socket", str(d),
-            # -P 0: no TCP vty port; vtysh uses the unix sockets.
-            "-P", "0",
-        ))
-    return ops
+    return ops + [daemon_start_op(ns, daemon) for daemon in DAEMONS]
+
+
+def daemon_start_op(ns: str, daemon: str) -> Cmd:
+    """Start one FRR daemon of `ns` (daemonised, pidfile) from the configs `start_ops` wrote."""
+    d = frr_dir(ns)
+    conf = d / ("bfdd.conf" if daemon == "bfdd" else "frr.conf")
+    extra = ("--bfdctl", str(d / "bfdd.sock")) if daemon == "bfdd" else ()
+    return in_ns(
+        ns, *_priority(daemon), str(FRR_BIN / daemon), "-d", "-N", ns, *extra,
+        "-f", str(conf), "-i", str(d / f"{daemon}.pid"),
+        "-z", str(d / "zserv.api"), "--vty_socket", str(d),
+        # -P 0: no TCP vty port; vtysh uses the unix sockets.
+        "-P", "0",
+    )
 
 
 def vtysh(ns: str, *commands: str) -> Cmd:

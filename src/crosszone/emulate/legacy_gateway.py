@@ -28,12 +28,51 @@ from crosszone.emulate.kinds import DeployError
 from crosszone.emulate.topology import VXLAN_PORT, Gateway, Plan, router_mac, vxlan_name
 from crosszone.linux.netns import Executor, Op, in_ns
 
-__all__ = ["KIND", "VXLAN_PORT", "dropped_packets", "nft_ruleset", "plan_legacy", "vxlan_name"]
+__all__ = ["KIND", "VXLAN_PORT", "dropped_packets", "nft_ruleset", "plan_legacy", "policy_ops",
+           "vxlan_name"]
 
 TABLE_BASE = 1000  # routing table and fwmark of VPC number v: TABLE_BASE + v
 
 
-def _table(family: str, pre: list[str], pairs: list[str]) -> list[str]:
+def _policy_chain(family: str, p: Plan) -> list[str]:
+    """The legacy gateway's best traffic policy: DSCP by the flow's bytes so far (conntrack).
+
+    nftables can mark by a packet's length or by the byte counter of its conntrack entry; length
+    says nothing about the flow (a bulk read's last segment and a metadata reply look alike), so
+    the counter it is: a flow is small until its entry has counted `elephant_bytes`, then bulk,
+    PIAS-like as in the fast path. The translation rewrites addresses before conntrack sees them,
+    so the two directions of a connection are two entries, each counting its own direction
+    (the fast path also keys its flow state by direction). Zones (one per VPC, set with the
+    rewrite) keep the overlapping VPCs' replies apart. `ip dscp set` writes the six DSCP bits
+    only (ECN kept) and fixes the IP checksum; the VXLAN device then copies nothing to the outer
+    header, so the queues classify VXLAN frames by their inner DSCP.
+    """
+    pol = p.spec.policy
+    dscp = "ip dscp" if family == "ip" else "ip6 dscp"
+    return [
+        "  chain gw_policy {",
+        "    type filter hook forward priority mangle; policy accept;",
+        f"    ct bytes < {pol.elephant_bytes} {dscp} set {pol.small_dscp}",
+        f"    ct bytes >= {pol.elephant_bytes} {dscp} set {pol.bulk_dscp}",
+        "  }",
+    ]
+
+
+def _to_storage(match: str, rewrite: str, track: str) -> list[str]:
+    """The compute -> storage translation rule(s); with conntrack (`track` = `ct zone set`), a
+    connection's opening SYN goes untracked. Conntrack sees only this direction of the
+    connection (the reply's addresses are rewritten before it looks), so an entry made by the
+    SYN would wait for a SYN-ACK forever and call every later packet of the direction invalid
+    (no entry, no byte count, no mark); made by the first ACK instead (`tcp_loose` pickup), it
+    is established and counts. The first rule rewrites the source, so the second no longer
+    matches that packet."""
+    rules = [f"    {match} {rewrite} {track}"]
+    if track.startswith("ct "):
+        rules.insert(0, f"    {match} tcp flags & (syn | ack) == syn {rewrite} notrack")
+    return rules
+
+
+def _table(family: str, pre: list[str], pairs: list[str], policy: list[str]) -> list[str]:
     return [
         f"table {family} czgw",
         f"delete table {family} czgw",  # idempotent load: the first line creates it if absent
@@ -49,6 +88,7 @@ def _table(family: str, pre: list[str], pairs: list[str]) -> list[str]:
         "    iifname . oifname vmap { " + ", ".join(pairs) + " }",
         '    counter name "dropped" drop',
         "  }",
+        *policy,
         "}",
     ]
 
@@ -65,31 +105,33 @@ def nft_ruleset(p: Plan) -> str:
     pairs6: list[str] = []
     for v, vpc in enumerate(p.spec.vpcs, start=1):
         dev, mark = vxlan_name(vpc), TABLE_BASE + v
+        # Without the policy no per-flow state is ever made; with it, conntrack counts bytes.
+        notrack = f"ct zone set {v}" if p.spec.policy.enabled else "notrack"
         host = str(vpc.prefix.hostmask)
-        pre.append(
-            f'    iifname "{dev}" ip saddr {vpc.prefix} '
-            f"ip saddr set ip saddr & {host} | {vpc.storage_facing.network_address} notrack"
-        )
+        pre += _to_storage(
+            f'iifname "{dev}" ip saddr {vpc.prefix}',
+            f"ip saddr set ip saddr & {host} | {vpc.storage_facing.network_address}", notrack)
         pre.append(
             f'    iifname "s0" ip daddr {vpc.storage_facing} '
             f"ip daddr set ip daddr & {host} | {vpc.prefix.network_address} "
-            f"meta mark set {mark} notrack"
+            f"meta mark set {mark} {notrack}"
         )
         pairs += [f'"{dev}" . "s0" : accept', f'"s0" . "{dev}" : accept']
         if vpc.prefix6 is not None and vpc.storage_facing6 is not None:
             host6 = str(vpc.prefix6.hostmask)
-            pre6.append(
-                f'    iifname "{dev}" ip6 saddr {vpc.prefix6} ip6 saddr set ip6 saddr & {host6}'
-                f" | {vpc.storage_facing6.network_address} notrack"
-            )
+            pre6 += _to_storage(
+                f'iifname "{dev}" ip6 saddr {vpc.prefix6}',
+                f"ip6 saddr set ip6 saddr & {host6} | {vpc.storage_facing6.network_address}",
+                notrack)
             pre6.append(
                 f'    iifname "s0" ip6 daddr {vpc.storage_facing6} ip6 daddr set ip6 daddr & '
-                f"{host6} | {vpc.prefix6.network_address} meta mark set {mark} notrack"
+                f"{host6} | {vpc.prefix6.network_address} meta mark set {mark} {notrack}"
             )
             pairs6 += [f'"{dev}" . "s0" : accept', f'"s0" . "{dev}" : accept']
-    lines = _table("ip", pre, pairs)
+    on = p.spec.policy.enabled
+    lines = _table("ip", pre, pairs, _policy_chain("ip", p) if on else [])
     if pre6:
-        lines += _table("ip6", pre6, pairs6)
+        lines += _table("ip6", pre6, pairs6, _policy_chain("ip6", p) if on else [])
     return "\n".join(lines + [""])
 
 
@@ -130,7 +172,21 @@ def plan_legacy(p: Plan, gw: Gateway) -> list[Op]:
             if ep.addr6:
                 ops.append(in_ns(ns, "ip", "-6", "neigh", "replace", ep.addr6, "lladdr", ep.mac,
                                  "dev", dev, "nud", "permanent"))
-    ops.append(in_ns(ns, "nft", "-f", "-", stdin=nft_ruleset(p)))
+    ops += policy_ops(p, gw)
+    return ops
+
+
+def policy_ops(p: Plan, gw: Gateway) -> list[Op]:
+    """(Re)load the ruleset of `gw`, with or without the traffic policy (`p.spec.policy`).
+
+    With it, conntrack must count bytes (`nf_conntrack_acct`, per namespace) and must not
+    judge the TCP windows of connections it sees one direction of (`tcp_be_liberal`): a packet
+    it calls invalid has no entry, so no byte count, and would go unmarked."""
+    ops: list[Op] = []
+    if p.spec.policy.enabled:
+        ops += [in_ns(gw.ns, "sysctl", "-qw", "net.netfilter.nf_conntrack_acct=1"),
+                in_ns(gw.ns, "sysctl", "-qw", "net.netfilter.nf_conntrack_tcp_be_liberal=1")]
+    ops.append(in_ns(gw.ns, "nft", "-f", "-", stdin=nft_ruleset(p)))
     return ops
 
 

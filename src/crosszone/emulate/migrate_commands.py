@@ -18,7 +18,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from crosszone.emulate import deploy
+from crosszone.emulate import control_plane, deploy
 from crosszone.emulate import state as emu_state
 from crosszone.emulate.migration import EmulatorDriver, MigrationDriverError
 from crosszone.emulate.topology import RUN_DIR, parse
@@ -36,12 +36,11 @@ JsonOpt = typer.Option(False, "--json", help="Print JSON.")
 
 
 def default_store_url() -> str:
-    """The controller's store when the emulator records one, else a file in its run dir."""
-    state_file = RUN_DIR / "controller.json"
-    try:
-        return str(json.loads(state_file.read_text())["store"])
-    except (OSError, ValueError, KeyError):
-        return f"sqlite://{RUN_DIR / 'migration.db'}"
+    """The emulation's controller store (GET /v1/migration then serves the migration), else a
+    file in the emulator's run dir."""
+    if (control_plane.CONTROL_DIR / "store.db").exists():
+        return control_plane.store_url()
+    return f"sqlite://{RUN_DIR / 'migration.db'}"
 
 
 def _store(url: str | None) -> Store:

@@ -24,22 +24,25 @@ How the emulated deployment does what the engine asks:
 from __future__ import annotations
 
 import json
+import socket
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from crosszone.compile.tables import compile_tables
-from crosszone.emulate import frr, kinds, storage
+from crosszone.compile.gateway import Ids, compile_gateway
+from crosszone.emulate import control_plane, frr, kinds, storage
 from crosszone.emulate import state as st
-from crosszone.emulate.crosszone_gateway import intent_path
 from crosszone.emulate.deploy import Deployment
 from crosszone.emulate.fib_watch import RouterFib, share
 from crosszone.emulate.topology import Endpoint, Gateway
 from crosszone.emulate.vty import Vty, VtyError
 from crosszone.fastpath.deploy import pinned_maps
 from crosszone.fastpath.parity import drift
-from crosszone.intent.cluster import load_cluster
+from crosszone.linux.netns import in_netns
 from crosszone.migrate.plan import Plan
+from crosszone.store.objects import join_objects
+from crosszone.store.store import INTENT, open_store
 from crosszone.workload import probe
 
 #: Share (percentage points) by which a router's kernel weights may differ from the step's:
@@ -177,16 +180,29 @@ class EmulatorDriver:
         return problems
 
     def _map_drift(self, gw: Gateway) -> list[str]:
+        """The gateway's maps against the controller's current intent, compiled as its agent
+        compiles it (the agent's stable ids, the gateway's own ifindexes)."""
         try:
-            tables = compile_tables(load_cluster(intent_path(gw)), gw.name)
-            diff = drift(tables, gw.pin_dir, gw.ns)
-        except (OSError, ValueError) as exc:
-            return [f"{gw.name}: cannot compare its maps with its intent: {exc}"]
+            store = open_store(control_plane.store_url())
+            try:
+                items, revision = store.get_prefix(INTENT)
+            finally:
+                store.close()
+            cluster = join_objects({k[len(INTENT):]: v for k, v in items.items()})
+            ids = None
+            state_file = control_plane.agent_state_file(gw)
+            if state_file.exists():
+                ids = Ids.from_json(json.dumps(json.loads(state_file.read_text())["ids"]))
+            with in_netns(gw.ns):
+                desired = compile_gateway(cluster, gw.name, socket.if_nametoindex, ids)
+            diff = drift(desired.entries, gw.pin_dir)
+        except (OSError, ValueError, KeyError) as exc:
+            return [f"{gw.name}: cannot compare its maps with the intent: {exc}"]
         if not diff:
             return []
         what = ", ".join(f"{m} {n}" for m, n in sorted(diff.items()))
-        return [f"{gw.name}: maps in the kernel differ from what its intent compiles to "
-                f"({what} entries to change)"]
+        return [f"{gw.name}: maps in the kernel differ from what intent revision {revision} "
+                f"compiles to ({what} entries to change)"]
 
     def _sessions(self, gws: list[Gateway]) -> list[str]:
         """BGP sessions not Established and BFD sessions not up, at both routers."""
@@ -330,7 +346,9 @@ class EmulatorDriver:
         return {"errors": float(sum(not o.ok for o in outcomes)),
                 "small_p99_factor": round(probe.p99_ms(outcomes) / self.baseline_p99_ms, 3),
                 "drops": float(drops),
-                "sessions_down": float(len(self._sessions(live + dst)))}
+                "sessions_down": float(len(self._sessions(live + dst))),
+                "agents_unhealthy": float(sum(not _agent_ok(g) for g in dst
+                                              if kinds.get(g.kind).attaches))}
 
     def _drops(self, gws: list[Gateway]) -> int:
         """Fast-path drops of `gws` since the previous reading (all drop_* reasons)."""
@@ -381,6 +399,18 @@ def _matches(weights: dict[str, int], devices: set[str], pct: float | None, new:
     if set(weights) != devices:
         return False
     return pct is None or abs(share(weights, new) - pct) <= SHARE_TOLERANCE
+
+
+def _agent_ok(gw: Gateway) -> bool:
+    """The gateway's agent answers on its metrics endpoint and last reported itself healthy."""
+    try:
+        with urllib.request.urlopen(f"http://{control_plane.agent_metrics(gw)}/metrics",
+                                    timeout=1.0) as resp:
+            if resp.status != 200:
+                return False
+    except OSError:
+        return False
+    return control_plane.agent_status(gw).get("health") == "ok"
 
 
 def _reason_packets(gw: Gateway, prefix: str) -> int:

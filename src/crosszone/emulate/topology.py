@@ -27,6 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from crosszone.abi.objects import ROOT
 from crosszone.emulate import kinds
+from crosszone.emulate.queues import QueueSpec
+from crosszone.intent.schema import Policy
 from crosszone.linux.links import Link
 from crosszone.workload.runner import Targets, WorkerEndpoint
 
@@ -37,7 +39,8 @@ def _instance() -> str:
     see, sweep or remove each other's namespaces, pins or files."""
     value = os.environ.get("CROSSZONE_EMULATE_INSTANCE", "")
     if value and not re.fullmatch(r"[a-z0-9]{1,3}", value):
-        raise ValueError(f"CROSSZONE_EMULATE_INSTANCE={value!r}: use 1 to 3 lower-case letters or digits")
+        raise ValueError(f"CROSSZONE_EMULATE_INSTANCE={value!r}: "
+                         "use 1 to 3 lower-case letters or digits")
     return value
 
 
@@ -55,6 +58,9 @@ UNDERLAY_MTU = 1550
 INNER_MTU = 1500
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
 VXLAN_PORT = 4789  # the hosts' vSwitches and every gateway kind
+# The storage router answers on one MAC on all its gateway-facing ports (as routers do), so the
+# cluster intent's one storage next hop serves every gateway.
+STORAGE_ROUTER_MAC = "02:20:00:00:00:01"
 MAX_PER_KIND = 8  # gateways of one kind (interface and MAC numbering has room for more)
 
 class TopologyError(ValueError):
@@ -73,6 +79,10 @@ class VpcSpec(_Strict):
     # IPv6 inside the VPC (optional): the same 1:1 stateless translation, per family.
     prefix6: ipaddress.IPv6Network | None = None
     storage_facing6: ipaddress.IPv6Network | None = None
+    # Per-tenant fairness: the VPC's rate, a token bucket in the crosszone fast path (the
+    # intent's `vpcs[].rate_mbps` / `burst_kib`); none by default.
+    rate_mbps: int | None = Field(default=None, ge=1, le=100_000_000)
+    burst_kib: int | None = Field(default=None, ge=16, le=1 << 22)
 
     @model_validator(mode="after")
     def _same_length(self) -> VpcSpec:
@@ -137,6 +147,14 @@ class BfdSpec(_Strict):
     multiplier: int = Field(default=5, ge=2, le=255)
 
 
+class PolicySpec(Policy):
+    """The traffic policy of every gateway in the emulation: the intent's `policy` block
+    (docs/policy.md) for the crosszone gateways, the legacy gateways' nftables marking from the
+    same values. `enabled` off: nothing is marked, every queue is one FIFO."""
+
+    enabled: bool = False
+
+
 class TopologySpec(_Strict):
     """The YAML document."""
 
@@ -151,6 +169,9 @@ class TopologySpec(_Strict):
     # MTU of the compute-zone links that carry VXLAN; everything inside a VPC and the storage
     # zone gets 50 bytes less (the outer headers), e.g. 9000 -> 8950.
     underlay_mtu: int = Field(default=UNDERLAY_MTU, ge=1330, le=9000)
+    # Rate-limited priority queues at the bottleneck ports (emulate/queues.py); none by default.
+    queues: QueueSpec | None = None
+    policy: PolicySpec = PolicySpec()
 
     @field_validator("vpcs")
     @classmethod
@@ -172,6 +193,8 @@ class TopologySpec(_Strict):
     def _some_gateway(self) -> TopologySpec:
         if self.gateways.total == 0:
             raise ValueError("at least one gateway is needed")
+        if self.policy.small_dscp == self.policy.bulk_dscp:
+            raise ValueError("policy: small_dscp and bulk_dscp must differ")
         return self
 
 
@@ -366,7 +389,7 @@ def plan(spec: TopologySpec) -> Plan:
             compute_addr=f"10.10.{k}.2", compute_peer=f"10.10.{k}.1",
             compute_mac=_mac(0x10, k, 2), compute_peer_mac=_mac(0x10, k, 1),
             storage_addr=f"10.20.{k}.2", storage_peer=f"10.20.{k}.1",
-            storage_mac=_mac(0x20, k, 2), storage_peer_mac=_mac(0x20, k, 1),
+            storage_mac=_mac(0x20, k, 2), storage_peer_mac=STORAGE_ROUTER_MAC,
             storage_addr6=f"fd20:{k}::2", storage_peer6=f"fd20:{k}::1",
         )
         gateways.append(gw)

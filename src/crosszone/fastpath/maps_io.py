@@ -138,6 +138,15 @@ class GatewayMaps:
                 setattr(total, f, getattr(total, f) + getattr(c, f))
         return total
 
+    def policy_stats(self, vpc_id: int) -> L.CzPolicyCounter:
+        """What the traffic policy did to one VPC's packets, summed over CPUs."""
+        total = L.CzPolicyCounter()
+        for raw in self._percpu("policy_stats", vpc_id):
+            c = L.CzPolicyCounter.from_buffer_copy(raw[: ctypes.sizeof(L.CzPolicyCounter)])
+            for f, _ in L.CzPolicyCounter._fields_:
+                setattr(total, f, getattr(total, f) + getattr(c, f))
+        return total
+
     def last_trace(self, cpu: int) -> L.CzTrace:
         """The trace record of one CPU (only filled with CZ_CFG_TRACE)."""
         raw = self._percpu("trace", 0)[cpu]

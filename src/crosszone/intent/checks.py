@@ -329,6 +329,19 @@ def check_cluster(c: Cluster) -> None:
     if n_addr > layout.CZ_MAX_HOSTS:
         raise IntentProblem(("hosts",), f"{n_addr} host addresses; the tables hold "
                             f"{layout.CZ_MAX_HOSTS}")
+    _check_policy(c)
+
+
+def _check_policy(c: Cluster) -> None:
+    """The policy's fields against each other (each is range-checked by the schema)."""
+    p = c.policy
+    if p.small_dscp == p.bulk_dscp:
+        raise IntentProblem(("policy", "bulk_dscp"), f"{p.bulk_dscp} is small_dscp too: small "
+                            "and bulk flows would share one class")
+    if p.flowlet_gap_us >= p.flow_idle_ms * 1000:
+        raise IntentProblem(("policy", "flowlet_gap_us"), f"{p.flowlet_gap_us} us is not below "
+                            f"flow_idle_ms ({p.flow_idle_ms} ms): a flow would be forgotten "
+                            "before any flowlet gap")
 
 
 def _check_compact_hosts(c: Cluster, spaces: dict[str, dict[int, Any]],

@@ -155,6 +155,10 @@ class Vpc(_Model):
     router_mac: Mac
     storage_pools: list[Name] = []
     routes: list[Route] = []
+    # Per-tenant fairness: the VPC's inner IP traffic is held to this rate in each direction by
+    # a token bucket in the fast path (None: no limit); burst_kib is the bucket's depth.
+    rate_mbps: int | None = Field(default=None, ge=1, le=100_000_000)
+    burst_kib: int = Field(default=1024, ge=16, le=1 << 22)
 
 
 class Host(_Model):
@@ -209,12 +213,17 @@ class StoragePool(_Model):
 
 
 class Policy(_Model):
-    """Traffic policy: large flows must not congest, small requests must not wait behind them."""
+    """Traffic policy: large flows must not congest, small requests must not wait behind them.
 
-    elephant_bytes: int = Field(default=10 * 1024 * 1024, ge=1)
+    Off unless enabled, so that an intent written before the fast path acted on it forwards
+    packets unchanged."""
+
+    enabled: bool = False
+    elephant_bytes: int = Field(default=10 * 1024 * 1024, ge=1, le=1 << 50)
     small_dscp: int = Field(default=46, ge=0, le=63)
     bulk_dscp: int = Field(default=10, ge=0, le=63)
     flowlet_gap_us: int = Field(default=500, ge=1, le=1_000_000)
+    flow_idle_ms: int = Field(default=2000, ge=1, le=3_600_000)
 
 
 class Cluster(_Model):

@@ -273,6 +273,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     def simulate_command(
         scenario: Annotated[Path, typer.Argument(help="Scenario YAML (see examples/scenarios/).")],
         seed: Annotated[int | None, typer.Option(help="Override the scenario's seed.")] = None,
+        policy: Annotated[bool | None, typer.Option(
+            "--policy/--no-policy",
+            help="Traffic policy on or off (overrides the scenario's `policy.enabled`).",
+        )] = None,
         chart: Annotated[Path | None, typer.Option(help="Write STEM.png and STEM.svg.")] = None,
         as_json: Annotated[
             bool, typer.Option("--json", help="Print JSON instead of a table.")
@@ -282,6 +286,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
 
         def action() -> None:
             parsed = load_scenario(_read(scenario), str(scenario))
+            if policy is not None:
+                parsed = parsed.with_policy(policy)
             result = simulate(parsed, seed)
             written: tuple[Path, ...] = ()
             if chart is not None:

@@ -306,7 +306,7 @@ class _TierModel:
         self.base_s = tier.latency_us * 1e-6 + small.bytes * 8 / capacity
         self.frame_s = _FRAME_BITS / capacity
         self.buffer_s = tier.buffer * 8 / capacity
-        self.priority = small.priority
+        self.priority = scenario.small_priority
         self.delays = _DelayHistogram()
         self.idle_delay_s = float(self.small_delay(np.zeros(1))[0])
         self.workspaces: dict[int, _Workspace] = {}  # by number of streams (pieces) per phase
@@ -346,7 +346,7 @@ class _TierModel:
             stream_bits = np.full(servers, mean_bits)
         cap = self.s.cluster.nic_gbps * 1e9 / streams
         pieces = 1
-        if self.s.ecmp.flowlets:
+        if self.s.flowlets:
             per_stream = bytes_per_server / streams
             pieces = int(
                 min(
@@ -435,6 +435,10 @@ class SimulationResult:
     peak_gbps: float
     duration_s: float
     tiers: tuple[TierResult, ...]
+    # What decided priority and flowlets: "on"/"off" (the scenario's traffic policy) or "flags".
+    policy: str = "flags"
+    small_priority: bool = False
+    flowlets: bool = False
 
     @property
     def flows(self) -> int:
@@ -450,6 +454,9 @@ class SimulationResult:
             "peak_gbps": self.peak_gbps,
             "duration_s": self.duration_s,
             "flows": self.flows,
+            "policy": self.policy,
+            "small_priority": self.small_priority,
+            "flowlets": self.flowlets,
             "tiers": [t.to_json() for t in self.tiers],
         }
 
@@ -542,4 +549,7 @@ def simulate(scenario: Scenario, seed: int | None = None) -> SimulationResult:
         peak_gbps=scenario.peak_gbps,
         duration_s=scenario.duration,
         tiers=tiers,
+        policy="flags" if scenario.policy is None else ("on" if scenario.policy.enabled else "off"),
+        small_priority=scenario.small_priority,
+        flowlets=scenario.flowlets,
     )

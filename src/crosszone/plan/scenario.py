@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from crosszone.emulate.topology import PolicySpec
 from crosszone.plan.units import (
     PlanInputError,
     parse_bytes,
@@ -153,6 +154,40 @@ class Scenario(BaseModel):
     small_requests: SmallRequests
     ecmp: Ecmp = Ecmp()
     tiers: Annotated[list[Tier], Field(min_length=1)]
+    # The traffic policy as the intent gives it (`policy:` of the intent, docs/policy.md). With
+    # it, the policy decides what `small_requests.priority` and `ecmp.flowlets` say otherwise:
+    # on, a small request below `elephant_bytes` is in the strict-priority class and elephants
+    # move between devices in flowlets; off, neither. (The DSCP values only name the classes.)
+    policy: PolicySpec | None = None
+
+    @model_validator(mode="after")
+    def _policy_or_flags(self) -> Scenario:
+        if self.policy is not None:
+            for name, part, flag in (("small_requests", self.small_requests, "priority"),
+                                     ("ecmp", self.ecmp, "flowlets")):
+                if flag in part.model_fields_set:
+                    raise ValueError(f"{name}.{flag} and policy both given: the policy decides "
+                                     f"{name}.{flag}; drop one")
+        return self
+
+    @property
+    def small_priority(self) -> bool:
+        """Whether small requests skip the elephants' queue (the policy, else the flag)."""
+        if self.policy is not None:
+            return self.policy.enabled and self.small_requests.bytes < self.policy.elephant_bytes
+        return self.small_requests.priority
+
+    @property
+    def flowlets(self) -> bool:
+        """Whether elephants move between devices in flowlets (the policy, else the flag)."""
+        if self.policy is not None:
+            return self.policy.enabled
+        return self.ecmp.flowlets
+
+    def with_policy(self, enabled: bool) -> Scenario:
+        """The same scenario with the traffic policy on or off (a default policy if it had none)."""
+        policy = (self.policy or PolicySpec()).model_copy(update={"enabled": enabled})
+        return self.model_copy(update={"policy": policy})
 
     @property
     def peak_gbps(self) -> float:

@@ -103,7 +103,8 @@ class WorkloadResult:
         }
 
 
-def worker_argv(targets: Targets, ep_index: int, duration: float, loaders: int) -> list[str]:
+def worker_argv(targets: Targets, ep_index: int, duration: float, loaders: int,
+                warmup: float = 0.0, bulk: bool = True) -> list[str]:
     """Command line of the worker of endpoint number `ep_index`."""
     ep = targets.endpoints[ep_index]
     servers = list(targets.servers)
@@ -116,7 +117,8 @@ def worker_argv(targets: Targets, ep_index: int, duration: float, loaders: int) 
             "--shard-bytes", str(targets.shard_size_mib << 20),
             "--block-bytes", str(min(4, targets.shard_size_mib) << 20),
             "--ckpt-bytes", str(ckpt), "--seed", str(ep_index + 1),
-            "--nice", str(WORKLOAD_NICE)]
+            "--nice", str(WORKLOAD_NICE)] + (["--warmup", str(warmup)] if warmup else []) + (
+                [] if bulk else ["--loaders", "0", "--ckpt-parallel", "0"])
 
 
 def _live_table(progress: dict[str, dict[str, Any]], elapsed: float, duration: float) -> Table:
@@ -134,12 +136,17 @@ def _live_table(progress: dict[str, dict[str, Any]], elapsed: float, duration: f
 
 
 def run(targets: Targets, duration: float = 15.0, loaders: int = 2,
-        console: Console | None = None,
+        console: Console | None = None, warmup: float = 0.0, bulk: bool = True,
+        loaders_for: dict[str, int] | None = None,
         on_progress: Callable[[str, dict[str, Any]], None] | None = None) -> WorkloadResult:
-    """Run one worker per endpoint, show progress, return the merged result. `on_progress`
-    sees every progress line as it arrives (a benchmark attributes errors to time with it)."""
+    """Run one worker per endpoint, show progress, return the merged result (small requests of
+    the first `warmup` seconds untimed; without `bulk`, small requests only; `loaders_for`:
+    range readers of some endpoints, by name, e.g. a greedy tenant's; `on_progress` sees every
+    progress line as it arrives: a benchmark attributes errors to time with it)."""
     console = console or Console()
-    procs = {ep.name: subprocess.Popen(worker_argv(targets, i, duration, loaders),
+    more = loaders_for or {}
+    procs = {ep.name: subprocess.Popen(worker_argv(targets, i, duration,
+                                                   more.get(ep.name, loaders), warmup, bulk),
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i, ep in enumerate(targets.endpoints)}
     progress: dict[str, dict[str, Any]] = {name: {} for name in procs}
@@ -201,6 +208,7 @@ def run(targets: Targets, duration: float = 15.0, loaders: int = 2,
         res.error_samples += [f"{name}: {e}" for e in doc.get("error_samples", [])]
         res.per_endpoint[name] = {k: doc[k] for k in ("read_bytes", "written_bytes", "small",
                                                       "errors")}
+        res.per_endpoint[name]["small_lat_us"] = list(doc.get("small_lat_us", []))
     return res
 
 

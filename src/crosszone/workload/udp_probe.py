@@ -1,14 +1,18 @@
-"""Sequence-numbered UDP probe through the gateways, both directions, counting every loss.
+"""Sequence-numbered UDP probe: counts every lost packet and times every gap, per direction.
 
-`send` (in a compute endpoint's namespace) sends `--pps` datagrams per second per family over
-`--flows` flows per family (one socket, one source port, each); `echo` (on a storage node)
-returns each one. The sender records when it sent every sequence number and which came back;
-the echo records which arrived. So a datagram lost toward storage is one the echo never saw,
-and one lost toward compute is one the echo saw but the sender never got back. Both run until
-SIGTERM (or --duration), then print one JSON document.
+One peer process runs on each side (an endpoint namespace, a storage node namespace). Each peer
+sends its own stream to the other at a fixed rate, round-robin over `flows` source ports (each a
+different ECMP hash on every hop), and receives the other's stream on one port. A datagram carries
+(sequence number, send time); the receiver keeps (sequence number, kernel receive time), the
+kernel's SO_TIMESTAMPNS, so a peer that is descheduled for a while still times what the network
+delivered correctly (its receive buffer is forced large enough to hold the backlog).
 
-Loss windows: within a flow, a run of consecutive lost sequence numbers spans from the first
-one's send time to the last one's plus the flow's interval (the time that flow saw nothing).
+Both sides use CLOCK_REALTIME, which all namespaces of one machine share, so send times, receive
+times and the times at which a caller injected an event are on one axis.
+
+The peers write their records to files (`Record.save`); `analyse` turns a sender's and a receiver's
+records into the counts and the loss window: the longest run of consecutive lost sequence numbers,
+measured in send time, and when traffic came back (the receive time of the first datagram after it).
 """
 
 from __future__ import annotations
@@ -20,195 +24,218 @@ import selectors
 import signal
 import socket
 import struct
-import sys
 import time
 from array import array
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
-PKT = struct.Struct("!HIQ")  # flow id, sequence number, send time (ns)
-PAYLOAD = 64  # bytes per datagram
-
-
-class Stop:
-    """Set by SIGTERM/SIGINT: stop at the next loop turn."""
-
-    def __init__(self) -> None:
-        self.flag = False
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._set)
-
-    def _set(self, *_a: object) -> None:
-        self.flag = True
+HEADER = struct.Struct("!QQ")  # sequence number, send time (ns, CLOCK_REALTIME)
+PAYLOAD_BYTES = 64
+SO_RCVBUFFORCE = 33
+SO_TIMESTAMPNS = 35
+RCVBUF_BYTES = 16 << 20
+#: A peer that fell behind its schedule sends at most this many datagrams at once to catch up.
+MAX_BURST = 64
 
 
-def _ranges(seen: bytearray, count: int) -> list[int]:
-    """Sequence numbers below `count` that are not marked in `seen`."""
-    return [i for i in range(count) if i >= len(seen) or not seen[i]]
+@dataclass
+class Record:
+    """What one peer saw of one stream: send times by sequence number, or receptions."""
+
+    seq: array  # type: ignore[type-arg]
+    ns: array  # type: ignore[type-arg]
+
+    @classmethod
+    def empty(cls) -> Record:
+        """A record with nothing in it yet."""
+        return cls(array("Q"), array("q"))
+
+    def save(self, path: Path) -> None:
+        """Write as two arrays of 8-byte integers (machine byte order: read on this machine)."""
+        with path.open("wb") as f:
+            f.write(struct.pack("Q", len(self.seq)))
+            self.seq.tofile(f)
+            self.ns.tofile(f)
+
+    @classmethod
+    def load(cls, path: Path) -> Record:
+        """Read what `save` wrote."""
+        rec = cls.empty()
+        with path.open("rb") as f:
+            (n,) = struct.unpack("Q", f.read(8))
+            rec.seq.fromfile(f, n)
+            rec.ns.fromfile(f, n)
+        return rec
 
 
-def _mark(seen: bytearray, seq: int) -> None:
-    if seq >= len(seen):
-        seen.extend(bytes(seq + 1 - len(seen) + 4096))
-    seen[seq] = 1
+@dataclass(frozen=True)
+class Gap:
+    """A loss episode (see `analyse`)."""
+
+    first: int  # sequence number of the first lost datagram
+    start_ns: int  # its send time
+    window_ms: float  # send time spanned by the run, plus one sending interval
+    restored_ns: int | None  # receive time of the next datagram that arrived, if any
 
 
-def echo(port: int, duration: float, linger: float) -> dict[str, Any]:
-    """Return every datagram to its sender; report what arrived per flow."""
-    stop = Stop()
-    socks = []
-    for fam, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
-        s = socket.socket(fam, socket.SOCK_DGRAM)
-        if fam == socket.AF_INET6:
-            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        s.bind((addr, port))
-        s.setblocking(False)
-        socks.append(s)
-    sel = selectors.DefaultSelector()
-    for s in socks:
-        sel.register(s, selectors.EVENT_READ)
-    seen: dict[int, bytearray] = {}
-    end = time.monotonic() + duration
-    stop_at: float | None = None
-    while True:
-        now = time.monotonic()
-        if stop_at is None and (stop.flag or now > end):
-            stop_at = now + linger  # keep answering stragglers for a moment
-        if stop_at is not None and now > stop_at:
-            break
-        for key, _ in sel.select(0.05):
-            s = key.fileobj
-            assert isinstance(s, socket.socket)
-            while True:
-                try:
-                    data, peer = s.recvfrom(2048)
-                except BlockingIOError:
-                    break
-                if len(data) < PKT.size:
-                    continue
-                flow, seq, _t = PKT.unpack_from(data)
-                _mark(seen.setdefault(flow, bytearray()), seq)
-                with contextlib.suppress(OSError):
-                    s.sendto(data, peer)
-    return {"flows": {str(f): bytes(b).rstrip(b"\0").hex() for f, b in seen.items()}}
+@dataclass(frozen=True)
+class Analysis:
+    """Counts and the longest gap of one stream over one time slice."""
+
+    sent: int
+    received: int
+    lost: int
+    longest: Gap | None
+
+    def to_json(self) -> dict[str, object]:
+        """Flat JSON form (times in ms relative to nothing: the caller subtracts its own t0)."""
+        g = self.longest
+        return {"sent": self.sent, "received": self.received, "lost": self.lost,
+                "loss_window_ms": round(g.window_ms, 2) if g else 0.0}
 
 
-def send(servers: list[str], port: int, flows: int, pps: float, duration: float
-         ) -> dict[str, Any]:
-    """Send to each server (one per family) at `pps` over `flows` flows; record echoes."""
-    stop = Stop()
-    socks: list[socket.socket] = []
-    for server in servers:
-        fam = socket.AF_INET6 if ":" in server else socket.AF_INET
-        for _ in range(flows):
-            s = socket.socket(fam, socket.SOCK_DGRAM)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-            s.connect((server, port))
-            s.setblocking(False)
-            socks.append(s)
-    nflows = len(socks)
-    rate = pps * len(servers)  # datagrams per second, all flows
-    sel = selectors.DefaultSelector()
-    for s in socks:
-        sel.register(s, selectors.EVENT_READ)
-    sent_at = array("d")  # send time of datagram k (flow k % nflows, seq k // nflows)
-    back = [bytearray() for _ in range(nflows)]
-    pad = bytes(PAYLOAD - PKT.size)
-    t0 = time.time()
-    m0 = time.monotonic()
-    k = 0
-    while not stop.flag and time.monotonic() - m0 < duration:
-        due = int((time.monotonic() - m0) * rate) + 1
-        while k < due:
-            flow, seq = k % nflows, k // nflows
-            now = time.time()
-            # A refused send is counted as lost: the echo never sees it.
-            with contextlib.suppress(OSError):
-                socks[flow].send(PKT.pack(flow, seq, int(now * 1e9)) + pad)
-            sent_at.append(now)
-            k += 1
-        _drain(sel, back, timeout=max(0.0, (k / rate) - (time.monotonic() - m0)))
-    grace = time.monotonic() + 1.0
-    while time.monotonic() < grace:
-        _drain(sel, back, timeout=0.05)
-    return {"t0": t0, "rate": rate, "flows": nflows, "sent": k,
-            "sent_at": sent_at.tobytes().hex(),
-            "back": {str(f): bytes(b).rstrip(b"\0").hex() for f, b in enumerate(back)}}
+def analyse(sent: Record, received: Record, interval_ns: int, flows: int,
+            since_ns: int = 0, until_ns: int | None = None) -> Analysis:
+    """Losses of the datagrams sent in [since_ns, until_ns): counts and the longest loss episode.
 
-
-def _drain(sel: selectors.BaseSelector, back: list[bytearray], timeout: float) -> None:
-    for key, _ in sel.select(timeout):
-        s = key.fileobj
-        assert isinstance(s, socket.socket)
-        while True:
-            try:
-                data = s.recv(2048)
-            except (BlockingIOError, ConnectionRefusedError):
-                break
-            if len(data) >= PKT.size:
-                flow, seq, _t = PKT.unpack_from(data)
-                if flow < len(back):
-                    _mark(back[flow], seq)
-
-
-def _bits(hexstr: str) -> bytes:
-    return bytes.fromhex(hexstr)
-
-
-def losses(sent: dict[str, Any], echoed: dict[str, Any]) -> list[tuple[str, int, float]]:
-    """Every lost datagram as (direction, flow, send time): 'to_storage' or 'to_compute'."""
-    n = sent["flows"]
-    times = array("d")
-    times.frombytes(bytes.fromhex(sent["sent_at"]))
-    at_echo = {int(f): _bits(h) for f, h in echoed["flows"].items()}
-    back = {int(f): _bits(h) for f, h in sent["back"].items()}
-    out = []
-    for k in range(sent["sent"]):
-        flow, seq = k % n, k // n
-        b = back.get(flow, b"")
-        if seq < len(b) and b[seq]:
+    A sender spreads its sequence numbers round-robin over `flows` source ports (flow = seq %
+    flows), and a failed path loses only the flows hashed onto it while the others' datagrams keep
+    arriving in between. So runs of lost datagrams are taken per flow (consecutive sequence
+    numbers of one flow, all lost), each spanning the send times of its first and last datagram;
+    runs of different flows that overlap, or follow each other within one round of the flows
+    (flows x interval), form one episode. Its window is the send time from its first lost
+    datagram to its last, plus one interval: a sender that was descheduled in the middle of an
+    outage makes it longer, never shorter. Traffic is restored when every flow of the episode
+    has delivered again (the latest receive time of each run's next datagram that arrived).
+    Duplicates count once."""
+    got = dict(zip(received.seq, received.ns, strict=True))
+    by_flow: dict[int, list[tuple[int, int]]] = {}
+    lost = total = 0
+    for s, t in zip(sent.seq, sent.ns, strict=True):
+        if t < since_ns or (until_ns is not None and t >= until_ns):
             continue
-        e = at_echo.get(flow, b"")
-        direction = "to_compute" if seq < len(e) and e[seq] else "to_storage"
-        out.append((direction, flow, times[k]))
-    return out
+        total += 1
+        lost += s not in got
+        by_flow.setdefault(s % flows, []).append((s, t))
+    runs = []  # (start ns, end ns, first seq, restored ns or None)
+    for seqs in by_flow.values():
+        i = 0
+        while i < len(seqs):
+            if seqs[i][0] in got:
+                i += 1
+                continue
+            j = i
+            while j + 1 < len(seqs) and seqs[j + 1][0] not in got:
+                j += 1
+            nxt = got.get(seqs[j + 1][0]) if j + 1 < len(seqs) else None
+            runs.append((seqs[i][1], seqs[j][1], seqs[i][0], nxt))
+            i = j + 1
+    runs.sort()
+    longest: Gap | None = None
+    round_ns = interval_ns * flows
+    k = 0
+    while k < len(runs):
+        start, end, first, restored = runs[k]
+        ends_open = restored is None
+        m = k + 1
+        while m < len(runs) and runs[m][0] <= end + round_ns:
+            end = max(end, runs[m][1])
+            ends_open |= runs[m][3] is None
+            restored = max(restored or 0, runs[m][3] or 0)
+            m += 1
+        window = (end - start + interval_ns) / 1e6
+        if longest is None or window > longest.window_ms:
+            longest = Gap(first, start, window, None if ends_open else restored)
+        k = m
+    return Analysis(sent=total, received=total - lost, lost=lost, longest=longest)
 
 
-def windows_ms(lost: list[tuple[str, int, float]], flow_interval_s: float) -> float:
-    """Longest time one flow saw nothing, over the runs of consecutive losses in each flow."""
-    by_flow: dict[tuple[str, int], list[float]] = {}
-    for d, f, t in lost:
-        by_flow.setdefault((d, f), []).append(t)
-    worst = 0.0
-    for ts in by_flow.values():
-        ts.sort()
-        start = prev = ts[0]
-        for t in ts[1:]:
-            if t - prev > 1.5 * flow_interval_s:  # a new run
-                worst = max(worst, prev - start + flow_interval_s)
-                start = t
-            prev = t
-        worst = max(worst, prev - start + flow_interval_s)
-    return worst * 1000
+def _recv_all(sock: socket.socket, rec: Record) -> None:
+    """Drain a non-blocking socket into `rec` with the kernel's receive time of each datagram."""
+    while True:
+        try:
+            data, anc, _flags, _addr = sock.recvmsg(256, 64)
+        except BlockingIOError:
+            return
+        if len(data) < HEADER.size:
+            continue
+        seq, _sent = HEADER.unpack_from(data)
+        rx = time.time_ns()
+        for level, kind, value in anc:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                sec, nsec = struct.unpack("qq", value[:16])
+                rx = sec * 1_000_000_000 + nsec
+        rec.seq.append(seq)
+        rec.ns.append(rx)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m crosszone.workload.udp_probe echo|send ...` (run inside a namespace)."""
-    ap = argparse.ArgumentParser(prog="udp_probe")
-    ap.add_argument("mode", choices=("echo", "send"))
-    ap.add_argument("--port", type=int, default=9977)
-    ap.add_argument("--servers", default="", help="send: one address per family, comma list")
-    ap.add_argument("--flows", type=int, default=16)
-    ap.add_argument("--pps", type=float, default=2000.0, help="send: per family")
-    ap.add_argument("--duration", type=float, default=3600.0)
+def _family(addr: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in addr else socket.AF_INET
+
+
+def run_peer(bind: str, port: int, to: str, rate: float, flows: int, duration: float,
+             out: Path, linger: float = 1.0, stop: Callable[[], bool] = lambda: False) -> None:
+    """Send `rate` datagrams/s to (to, port) over `flows` sockets and receive on (bind, port)
+    for `duration` seconds or until `stop()`, then keep receiving for `linger` s; write
+    out.sent / out.recv."""
+    fam = _family(bind)
+    rx = socket.socket(fam, socket.SOCK_DGRAM)
+    rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
+    rx.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    rx.bind((bind, port))
+    rx.setblocking(False)
+    tx = [socket.socket(fam, socket.SOCK_DGRAM) for _ in range(flows)]
+    for s in tx:
+        s.bind((bind, 0))
+    sel = selectors.DefaultSelector()
+    sel.register(rx, selectors.EVENT_READ)
+    sent, got = Record.empty(), Record.empty()
+    interval = 1.0 / rate
+    pad = b"\0" * (PAYLOAD_BYTES - HEADER.size)
+    start = time.monotonic()
+    seq = 0
+    while (now := time.monotonic()) - start < duration and not stop():
+        due = int((now - start) / interval) + 1
+        # Too far behind (descheduled): skip the rest; skipped numbers were never sent.
+        seq = max(seq, due - MAX_BURST)
+        while seq < due:
+            t = time.time_ns()
+            # no route right now (OSError): the datagram is lost like any other
+            with contextlib.suppress(OSError):
+                tx[seq % flows].sendto(HEADER.pack(seq, t) + pad, (to, port))
+            sent.seq.append(seq)
+            sent.ns.append(t)
+            seq += 1
+        wait = start + seq * interval - time.monotonic()
+        if sel.select(max(0.0, wait)):
+            _recv_all(rx, got)
+    end = time.monotonic() + linger
+    while time.monotonic() < end:
+        if sel.select(0.05):
+            _recv_all(rx, got)
+    sent.save(out.with_suffix(".sent"))
+    got.save(out.with_suffix(".recv"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m crosszone.workload.udp_probe --bind A --to B ...` (run inside a namespace)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bind", required=True)
+    ap.add_argument("--to", required=True)
+    ap.add_argument("--port", type=int, default=9998)
+    ap.add_argument("--rate", type=float, default=5000.0)
+    ap.add_argument("--flows", type=int, default=64)
+    ap.add_argument("--duration", type=float, required=True)
+    ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
-    if a.mode == "echo":
-        doc = echo(a.port, a.duration, linger=1.5)
-    else:
-        doc = send([x for x in a.servers.split(",") if x], a.port, a.flows, a.pps, a.duration)
-    sys.stdout.write(json.dumps(doc) + "\n")
-    return 0
+    if a.rate <= 0 or a.flows <= 0 or a.duration <= 0:
+        ap.error("--rate, --flows and --duration must be positive")
+    stopped: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: stopped.append(signum))
+    run_peer(a.bind, a.port, a.to, a.rate, a.flows, a.duration, a.out, stop=lambda: bool(stopped))
+    print(json.dumps({"out": str(a.out)}))
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

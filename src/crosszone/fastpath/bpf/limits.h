@@ -26,6 +26,11 @@
 #define CZ_VTEP_SLOTS      (1u << CZ_VTEP_SLOT_BITS)     /* x 16 bytes = 64 MiB */
 #define CZ_SLOT_PROBES     64         /* longest walk; the writer refuses to place a key further */
 
+/* Flow state of the traffic policy (policy.h): 2^17 slots x 64 bytes = 8 MiB, in sets of 2. */
+#define CZ_FLOW_SLOT_BITS  17
+#define CZ_FLOW_SLOTS      (1u << CZ_FLOW_SLOT_BITS)
+#define CZ_FLOWLET_MIX     0x9e3779b1u   /* odd: successive flowlets walk all ECMP buckets */
+
 #define CZ_VXLAN_PORT      4789
 #define CZ_OUTER_TTL       64
 #define CZ_SPORT_BASE      49152      /* VXLAN source ports 49152..65535 (RFC 7348 section 5) */

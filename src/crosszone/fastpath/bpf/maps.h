@@ -189,6 +189,53 @@ struct {
 	__type(value, struct cz_vpc_counter);
 } vpc_stats SEC(".maps");
 
+/* VPC id -> what the traffic policy did (marks, flowlet moves, rate drops), per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CZ_MAX_VPCS);
+	__type(key, __u32);
+	__type(value, struct cz_policy_counter);
+} policy_stats SEC(".maps");
+
+/* Flow soft state of the traffic policy, written by the fast path only (policy.h); mmapable so
+ * that tests read and clear it in one go. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CZ_FLOW_SLOTS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct cz_flow);
+} flows SEC(".maps");
+
+/* 2 * VPC id + direction -> the time the VPC's token bucket is empty until (policy.h); written by
+ * the fast path only. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * CZ_MAX_VPCS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64);
+} vpc_buckets SEC(".maps");
+
+/* The flow key of the packet in hand, per CPU (policy.h): the stages' stack frames are near the
+ * verifier's 512 bytes, so the key is built here. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cz_flow_id);
+} flow_scratch SEC(".maps");
+
+#ifdef CZ_TEST_CLOCK
+/* Test builds only: the fast path's clock, in ns, as the test set it (policy.h: cz_now). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} test_clock SEC(".maps");
+#endif
+
 /* The last verdict on this CPU (debugging: `crosszone fastpath run`). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -35,6 +35,7 @@ enum cz_reason {
 	CZ_R_DROP_REDIRECT_FAILED,   /* devmap slot empty */
 	CZ_R_DROP_REPLY_WRONG_PORT,  /* reply to a storage-facing address arriving on the compute port */
 	CZ_R_DROP_ICMP_QUOTE,        /* ICMP error whose quoted header cannot be translated */
+	CZ_R_DROP_VPC_RATE,          /* over the VPC's rate limit (its token bucket is empty) */
 	CZ_R_MAX,
 };
 

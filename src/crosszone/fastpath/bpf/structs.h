@@ -9,6 +9,8 @@
 #include "reasons.h"
 
 #define CZ_CFG_TRACE      (1u << 0)   /* record the last verdict per CPU in the trace map */
+#define CZ_CFG_POLICY     (1u << 1)   /* traffic policy: flow state, DSCP marking, flowlets (policy.h) */
+#define CZ_CFG_RATES      (1u << 2)   /* some VPC has a rate limit (its token buckets run) */
 
 #define CZ_VPC_HAS4       (1u << 0)   /* VPC has an IPv4 prefix */
 #define CZ_VPC_HAS6       (1u << 1)
@@ -19,12 +21,17 @@
 #define CZ_ACT_BLACKHOLE  2
 #define CZ_ACT_SLOWPATH   3
 
-/* config[0]: the gateway itself. */
+/* config[0]: the gateway itself, and the traffic policy (read only with CZ_CFG_POLICY). */
 struct cz_config {
 	__be32 vtep;            /* anycast VTEP: outer dst of VXLAN we own, outer src of replies */
 	__u32 flags;            /* CZ_CFG_* */
 	__u32 compute_port;     /* port index facing the compute zone */
-	__u32 reserved;
+	__u8 small_dscp;        /* DSCP of a flow until it has sent elephant_bytes */
+	__u8 bulk_dscp;         /* DSCP of a flow after that */
+	__u16 reserved;
+	__u64 elephant_bytes;   /* inner IP bytes after which a flow is bulk */
+	__u64 flowlet_gap_ns;   /* idle gap after which a bulk flow may take another path */
+	__u64 flow_idle_ns;     /* idle time after which a flow's state is forgotten */
 };
 
 /* ports[i]: a gateway port. The devmap tx_ports holds the same ifindex for XDP_REDIRECT. */
@@ -49,6 +56,8 @@ struct cz_vpc {
 	__u8 plens4[CZ_MAX_PLENS4];   /* descending */
 	__u8 plens6[CZ_MAX_PLENS6];   /* descending */
 	__u8 reserved;
+	__u64 rate_ns_per_mib;  /* token bucket: ns one MiB of inner IP bytes takes; 0 = no limit */
+	__u64 burst_ns;         /* bucket depth, as the time its bytes take at the rate */
 };
 
 /* Baseline layout for the kernel LPM trie: VPC id (big endian) then address, prefixlen = 32+plen. */
@@ -167,6 +176,40 @@ struct cz_vpc_counter {
 	__u64 to_storage_bytes;
 	__u64 to_compute_packets;
 	__u64 to_compute_bytes;
+};
+
+/* policy_stats[vpc_id] (per CPU): what the traffic policy did to the VPC's packets. */
+struct cz_policy_counter {
+	__u64 small_packets;    /* marked small_dscp */
+	__u64 bulk_packets;     /* marked bulk_dscp */
+	__u64 flowlet_moves;    /* bulk flows re-hashed after an idle gap */
+	__u64 rate_drop_packets;  /* over the VPC's rate (reason CZ_R_DROP_VPC_RATE) */
+	__u64 rate_drop_bytes;
+};
+
+/* flows[i]: soft state of one flow (policy.h), a 2-way set of a direct-mapped table of 64-byte
+ * slots. The first 44 bytes are the key: (VPC, direction, protocol, family, inner addresses and
+ * ports as received); live = 1 marks a used slot. */
+struct cz_flow {
+	__u32 vpc_id;
+	__u8 dir;               /* 1 = to storage, 0 = to compute */
+	__u8 proto;
+	__u8 family;            /* 4 or 6 */
+	__u8 live;
+	__u32 src[4];           /* IPv4 in src[0], the rest zero */
+	__u32 dst[4];
+	__u32 ports;            /* raw (sport, dport) word, 0 without ports */
+	__u32 salt;             /* flowlet number: moves the flow's ECMP bucket and VXLAN port */
+	__u64 bytes;            /* inner IP bytes seen */
+	__u64 last_ns;          /* time of the last packet */
+};
+
+/* flow_scratch[0] (per CPU): a flow's key as the first five words and the port word of struct
+ * cz_flow: (VPC, direction, protocol, family, live), source, destination. */
+struct cz_flow_id {
+	__u64 w0, s0, s1, d0, d1;
+	__u32 ports;
+	__u32 reserved;
 };
 
 /* trace[0] (per CPU, only with CZ_CFG_TRACE): the last packet's verdict, for `fastpath run`. */

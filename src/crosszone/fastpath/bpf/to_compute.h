@@ -102,6 +102,16 @@ static __always_inline struct cz_port *cz_reply_port(struct xdp_md *ctx, const s
 	return port;
 }
 
+/* The VPC record whose token bucket a reply passes, only when some VPC has a rate: replies
+ * otherwise never read it. */
+static __always_inline const struct cz_vpc *cz_rated_vpc(const struct cz_config *cfg,
+							 const struct cz_sf *sf)
+{
+	if (!(cfg->flags & CZ_CFG_RATES))
+		return 0;
+	return CZ_RECORD(vpcs, sf->vpc_id);
+}
+
 static __noinline void cz_reply4(struct xdp_md *ctx, const struct cz_config *cfg,
 			       const struct cz_sf *sf, __u32 l3_off, struct cz_verdict *v)
 {
@@ -142,9 +152,17 @@ static __noinline void cz_reply4(struct xdp_md *ctx, const struct cz_config *cfg
 	if (!host)
 		CZ_DROP(v, CZ_R_DROP_HOST_UNKNOWN);
 
+	__u32 h = cz_flow_hash4(ip->saddr, ip->daddr, l4.ports, ip->protocol);
+	struct cz_mark m = { 0 };
+	if ((cfg->flags & (CZ_CFG_POLICY | CZ_CFG_RATES)) &&
+	    cz_policy(v, cz_rated_vpc(cfg, sf), CZ_DIR_TO_COMPUTE, cz_flow_id4(sf->vpc_id,
+		      CZ_DIR_TO_COMPUTE, ip->protocol, ip->saddr, ip->daddr, l4.ports), h, tot, &m))
+		return;
+	if (m.on)
+		cz_mark4(ip, m.dscp);
 	struct cz_encap e = {
 		.cfg = cfg, .port = port, .host = host, .sf = sf,
-		.hash = cz_flow_hash4(ip->saddr, ip->daddr, l4.ports, ip->protocol),
+		.hash = h + m.salt * CZ_FLOWLET_MIX,
 		.inner_proto = bpf_htons(ETH_P_IP), .tos = ip->tos,
 	};
 	if (!sf->identity) {
@@ -203,10 +221,19 @@ static __noinline void cz_reply6(struct xdp_md *ctx, const struct cz_config *cfg
 	if (!host)
 		CZ_DROP(v, CZ_R_DROP_HOST_UNKNOWN);
 
+	__u32 h = cz_flow_hash6(src, from, l4.ports, ip6->nexthdr);
+	struct cz_mark mk = { 0 };
+	if ((cfg->flags & (CZ_CFG_POLICY | CZ_CFG_RATES)) &&
+	    cz_policy(v, cz_rated_vpc(cfg, sf), CZ_DIR_TO_COMPUTE, cz_flow_id6(sf->vpc_id,
+		      CZ_DIR_TO_COMPUTE, ip6->nexthdr, src, from, l4.ports), h, plen + sizeof(*ip6),
+		      &mk))
+		return;
+	if (mk.on)
+		cz_mark6(ip6, mk.dscp);
 	__u8 tc = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
 	struct cz_encap e = {
 		.cfg = cfg, .port = port, .host = host, .sf = sf,
-		.hash = cz_flow_hash6(src, from, l4.ports, ip6->nexthdr),
+		.hash = h + mk.salt * CZ_FLOWLET_MIX,
 		.inner_proto = bpf_htons(ETH_P_IPV6), .tos = tc,
 	};
 	if (!sf->identity) {

@@ -16,6 +16,7 @@
 #include "ecmp.h"
 #include "hash.h"
 #include "l4.h"
+#include "policy.h"
 
 #define CZ_VXLAN_HLEN 8
 #define CZ_OUTER_L4 (sizeof(struct iphdr) + sizeof(struct udphdr) + CZ_VXLAN_HLEN)
@@ -100,8 +101,13 @@ static __always_inline void cz_inner4(struct xdp_md *ctx, const struct cz_vpc *v
 		return;
 
 	__u32 h = cz_flow_hash4(ip->saddr, ip->daddr, l4.ports, ip->protocol);
+	struct cz_mark m = { 0 };
+	if ((v->cfg_flags & (CZ_CFG_POLICY | CZ_CFG_RATES)) &&
+	    cz_policy(v, vpc, CZ_DIR_TO_STORAGE, cz_flow_id4(vpc->vpc_id, CZ_DIR_TO_STORAGE,
+		      ip->protocol, ip->saddr, ip->daddr, l4.ports), h, tot, &m))
+		return;
 	struct cz_egress eg;
-	if (cz_ecmp_pick(r.group, h, &eg))
+	if (cz_ecmp_pick(r.group, h + m.salt * CZ_FLOWLET_MIX, &eg))
 		CZ_DROP(v, CZ_R_DROP_NO_NEXTHOP);
 
 	if (vpc->flags & CZ_VPC_XLAT4) {
@@ -112,6 +118,8 @@ static __always_inline void cz_inner4(struct xdp_md *ctx, const struct cz_vpc *v
 		ip->check = cz_csum_replace4(ip->check, from, to);
 		ip->saddr = to;
 	}
+	if (m.on)
+		cz_mark4(ip, m.dscp);
 	cz_ipv4_ttl_dec(&ip->ttl, &ip->check);
 
 	if (cz_decap(ctx, inner_off - ETH_HLEN, &eg))
@@ -172,8 +180,13 @@ static __noinline void cz_inner6(struct xdp_md *ctx, const struct cz_vpc *vpc, _
 		return;
 
 	__u32 h = cz_flow_hash6(src, dst, l4.ports, ip6->nexthdr);
+	struct cz_mark m = { 0 };
+	if ((v->cfg_flags & (CZ_CFG_POLICY | CZ_CFG_RATES)) &&
+	    cz_policy(v, vpc, CZ_DIR_TO_STORAGE, cz_flow_id6(vpc->vpc_id, CZ_DIR_TO_STORAGE,
+		      ip6->nexthdr, src, dst, l4.ports), h, plen + sizeof(*ip6), &m))
+		return;
 	struct cz_egress eg;
-	if (cz_ecmp_pick(r.group, h, &eg))
+	if (cz_ecmp_pick(r.group, h + m.salt * CZ_FLOWLET_MIX, &eg))
 		CZ_DROP(v, CZ_R_DROP_NO_NEXTHOP);
 
 	if (vpc->flags & CZ_VPC_XLAT6) {
@@ -186,6 +199,8 @@ static __noinline void cz_inner6(struct xdp_md *ctx, const struct cz_vpc *vpc, _
 		cz_quote_fix(&q, src, to, 4);
 		__builtin_memcpy(&ip6->saddr, to, 16);
 	}
+	if (m.on)
+		cz_mark6(ip6, m.dscp);
 	ip6->hop_limit--;
 
 	if (cz_decap(ctx, inner_off - ETH_HLEN, &eg))

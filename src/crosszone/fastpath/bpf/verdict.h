@@ -15,6 +15,7 @@ struct cz_verdict {
 	__u32 out_len;          /* frame length after rewriting (forwarded packets) */
 	__u32 to_storage;       /* 1 = compute->storage, 0 = storage->compute */
 	__u32 in_len;           /* frame length as received (all fragments); every stage reads it here */
+	__u32 cfg_flags;        /* CZ_CFG_* of the gateway's config */
 };
 
 static __always_inline void cz_set(struct cz_verdict *v, __u32 action, __u32 reason)

@@ -122,8 +122,10 @@ int cz_gateway(struct xdp_md *ctx)
 #ifdef CZ_BENCH_SPREAD
 	cz_bench_spread(ctx);
 #endif
-	if (cfg)
+	if (cfg) {
+		v.cfg_flags = cfg->flags;
 		cz_classify(ctx, cfg, &v);
+	}
 	cz_count(cfg, &v);
 #ifdef CZ_BENCH
 	cz_bench_leave(ctx, bench);

@@ -3,7 +3,8 @@
 `process(frame, tables, ingress_ifindex)` returns the verdict, the reason, the egress port and the
 output bytes that the kernel program must produce for the same tables. Each step names the C
 function it mirrors; the fixture and property tests run both and compare everything. Checksum
-arithmetic, the L4 header and ICMP quotes (`csum.h`, `l4.h`) are in `model_l4.py`.
+arithmetic, the L4 header and ICMP quotes (`csum.h`, `l4.h`) are in `model_l4.py`; the traffic
+policy's soft state and marking (`policy.h`), with the clock, in `model_policy.py`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,16 @@ from crosszone.fastpath.testing.model_l4 import (
     l4_parse,
     quote_fix,
     quote_parse,
+)
+from crosszone.fastpath.testing.model_policy import (
+    DIR_TO_COMPUTE,
+    DIR_TO_STORAGE,
+    Mark,
+    PolicyState,
+    RateDrop,
+    mark4,
+    mark6,
+    policy,
 )
 
 ETH_P_IP = 0x0800
@@ -109,9 +120,10 @@ def _route(idx: _Index, vpc: Vpc, dst: bytes) -> Route | None:
 
 
 def _next_hop(
-    p: _Packet, vpc: Vpc, src: bytes, dst: bytes, ports: bytes, proto: int
-) -> tuple[Nexthop, Port]:
-    """Route, action (cz_route_forwards) and ECMP member, or the verdict that stops the packet."""
+    p: _Packet, vpc: Vpc, src: bytes, dst: bytes, ports: bytes, proto: int, length: int
+) -> tuple[Nexthop, Port, Mark]:
+    """Route, action (cz_route_forwards), the policy (rate, mark, flowlet) and ECMP member, or
+    the verdict that stops the packet."""
     r = _route(p.idx, vpc, dst)
     if r is None:
         raise _drop(Reason.DROP_ROUTE_MISS)
@@ -119,10 +131,12 @@ def _next_hop(
         raise _drop(Reason.DROP_ROUTE_BLACKHOLE)
     if r.action != layout.CZ_ACT_FORWARD:
         raise _pass(Reason.PASS_ROUTE_SLOWPATH)
-    picked = _ecmp(p.idx, r.group, flow_hash(src, dst, ports, proto))
+    h = flow_hash(src, dst, ports, proto)
+    m = p.policy(vpc, vpc.vpc_id, DIR_TO_STORAGE, (proto, len(src), src, dst, ports), h, length)
+    picked = _ecmp(p.idx, r.group, m.hash(h))
     if picked is None:
         raise _drop(Reason.DROP_NO_NEXTHOP)
-    return picked
+    return picked[0], picked[1], m
 
 
 def _ecmp(idx: _Index, group: int, h: int) -> tuple[Nexthop, Port] | None:
@@ -167,7 +181,9 @@ def _drop(reason: Reason) -> _Verdict:
 class _Packet:
     """One frame being processed, with the verdict fields of struct cz_verdict."""
 
-    def __init__(self, frame: bytes, tables: Tables, ingress_ifindex: int) -> None:
+    def __init__(self, frame: bytes, tables: Tables, ingress_ifindex: int,
+                 state: PolicyState) -> None:
+        self.st = state
         self.pkt = bytearray(frame)
         self.orig = bytes(frame)
         self.t = tables
@@ -175,6 +191,20 @@ class _Packet:
         self.ingress = ingress_ifindex
         self.port: int | None = None
         self.vpc_id: int | None = None
+
+    def policy(self, vpc: Vpc | None, vpc_id: int, direction: int, key: tuple, h: int,
+               length: int) -> Mark:
+        """cz_policy, with its drop as a verdict."""
+        try:
+            return policy(self.st, self.t, vpc, vpc_id, direction, key, h, length)
+        except RateDrop:
+            raise _drop(Reason.DROP_VPC_RATE) from None
+
+    def rated_vpc(self, vpc_id: int) -> Vpc | None:
+        """cz_rated_vpc: the VPC record replies read, only when some VPC has a rate."""
+        if not self.t.flags & layout.CZ_CFG_RATES:
+            return None
+        return next((v for v in self.t.vpcs if v.vpc_id == vpc_id), None)
 
     def send(self, port: Port, reason: Reason) -> _Verdict:
         """cz_send."""
@@ -209,7 +239,7 @@ def _inner4(p: _Packet, vpc: Vpc, off: int, avail: int) -> _Verdict:
     if l4 is None:
         raise _drop(Reason.DROP_INNER_MALFORMED)
     quote = _quote(pkt, off + 20, proto, tot - 20, False, True, src) if not vpc.identity else None
-    nh, port = _next_hop(p, vpc, src, dst, l4[1], proto)
+    nh, port, m = _next_hop(p, vpc, src, dst, l4[1], proto, tot)
     check = int.from_bytes(pkt[off + 10 : off + 12], "big")
     if not vpc.identity:
         assert vpc.sf4 is not None
@@ -218,6 +248,10 @@ def _inner4(p: _Packet, vpc: Vpc, off: int, avail: int) -> _Verdict:
         quote_fix(pkt, quote, True, src, new)
         check = csum_replace(check, src, new)
         pkt[off + 12 : off + 16] = new
+    pkt[off + 10 : off + 12] = check.to_bytes(2, "big")
+    if m.on:
+        mark4(pkt, off, m.dscp)
+    check = int.from_bytes(pkt[off + 10 : off + 12], "big")
     old = bytes(pkt[off + 8 : off + 10])
     pkt[off + 8] -= 1
     check = csum_replace(check, old, bytes(pkt[off + 8 : off + 10]))
@@ -253,13 +287,15 @@ def _inner6(p: _Packet, vpc: Vpc, off: int, avail: int) -> _Verdict:
     if l4 is None:
         raise _drop(Reason.DROP_INNER_MALFORMED)
     quote = _quote(pkt, off + 40, nexthdr, plen, True, True, src) if not vpc.identity else None
-    nh, port = _next_hop(p, vpc, src, dst, l4[1], nexthdr)
+    nh, port, m = _next_hop(p, vpc, src, dst, l4[1], nexthdr, plen + 40)
     if not vpc.identity:
         assert vpc.sf6 is not None
         new = _translate(src, vpc.prefix6, vpc.sf6)
         l4_fix(pkt, l4, src, new)
         quote_fix(pkt, quote, True, src, new)
         pkt[off + 8 : off + 24] = new
+    if m.on:
+        mark6(pkt, off, m.dscp)
     pkt[off + 7] -= 1
     return _decap(p, off - 14, nh, port)
 
@@ -402,6 +438,11 @@ def _reply4(p: _Packet, sf: StorageFacing, l3: int) -> _Verdict:
     if host is None:
         raise _drop(Reason.DROP_HOST_UNKNOWN)
     h = flow_hash(src, dst, l4[1], proto)
+    m = p.policy(p.rated_vpc(sf.vpc_id), sf.vpc_id, DIR_TO_COMPUTE, (proto, 4, src, dst, l4[1]),
+                 h, tot)
+    if m.on:
+        mark4(pkt, l3, m.dscp)
+    h = m.hash(h)
     check = int.from_bytes(pkt[l3 + 10 : l3 + 12], "big")
     if not sf.identity:
         l4_fix(pkt, l4, dst, new)
@@ -438,8 +479,13 @@ def _reply6(p: _Packet, sf: StorageFacing, l3: int) -> _Verdict:
     host = p.idx.hosts.get((sf.vpc_id, 6, int.from_bytes(new, "big")))
     if host is None:
         raise _drop(Reason.DROP_HOST_UNKNOWN)
-    tc = ((pkt[l3] & 0xF) << 4) | (pkt[l3 + 1] >> 4)
     h = flow_hash(src, dst, l4[1], nexthdr)
+    m = p.policy(p.rated_vpc(sf.vpc_id), sf.vpc_id, DIR_TO_COMPUTE,
+                 (nexthdr, 16, src, dst, l4[1]), h, plen + 40)
+    if m.on:
+        mark6(pkt, l3, m.dscp)
+    h = m.hash(h)
+    tc = ((pkt[l3] & 0xF) << 4) | (pkt[l3 + 1] >> 4)
     if not sf.identity:
         l4_fix(pkt, l4, dst, new)
         quote_fix(pkt, quote, False, dst, new)
@@ -486,9 +532,13 @@ def _classify(p: _Packet) -> _Verdict:
     raise _pass(Reason.PASS_NOT_IP)
 
 
-def process(frame: bytes, tables: Tables, ingress_ifindex: int = 0) -> Result:
-    """Run one frame through the model: verdict, reason, egress port, VPC and output bytes."""
-    p = _Packet(frame, tables, ingress_ifindex)
+def process(frame: bytes, tables: Tables, ingress_ifindex: int = 0,
+            state: PolicyState | None = None) -> Result:
+    """Run one frame through the model: verdict, reason, egress port, VPC and output bytes.
+
+    state is the traffic policy's soft state and clock, updated in place (a fresh one at time 0
+    when not given)."""
+    p = _Packet(frame, tables, ingress_ifindex, state if state is not None else PolicyState())
     try:
         v = _classify(p)
     except _Verdict as stop:

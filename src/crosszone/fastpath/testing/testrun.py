@@ -15,7 +15,7 @@ from pathlib import Path
 from crosszone.abi import layout
 from crosszone.abi.objects import object_path
 from crosszone.abi.reasons import Reason, XdpAction
-from crosszone.compile.encode import bind_ports, encode_tables
+from crosszone.compile.encode import bind_ports, encode_tables, u32
 from crosszone.compile.tables import Port, Tables
 from crosszone.fastpath.libbpf import BpfObject, xdp_ctx
 from crosszone.fastpath.maps_io import GatewayMaps
@@ -58,7 +58,7 @@ class TestRunner:
         self.maps = GatewayMaps.of(self.obj)
         # Devmap slots must name a real device; lo is always there and is never sent to. The
         # trace flag makes the program leave the reason and port of each frame.
-        traced = dataclasses.replace(self.tables, flags=layout.CZ_CFG_TRACE,
+        traced = dataclasses.replace(self.tables, flags=self.tables.flags | layout.CZ_CFG_TRACE,
                                      _index={})
         program(self.maps, encode_tables(traced, devmap_ifindex=lambda p: LOOPBACK_IFINDEX))
         self.prog = self.obj.program("cz_gateway")
@@ -86,6 +86,22 @@ class TestRunner:
             None if tr.vpc_id == layout.CZ_NO_VPC else tr.vpc_id,
             res.data_out,
         )
+
+    def set_clock(self, ns: int) -> None:
+        """The program's clock (test builds only: build/xdp_gateway_testclock.o)."""
+        if "test_clock" not in self.maps.maps:
+            raise RuntimeError("this object reads the real clock: load xdp_gateway_testclock.o")
+        self.maps.maps["test_clock"].update(b"\0" * 4, ns.to_bytes(8, "little"))
+
+    def clear_policy_state(self) -> None:
+        """Forget every flow, refill every token bucket, zero the policy counters."""
+        for name in ("flows", "vpc_buckets"):
+            with self.maps.maps[name].mmap_values() as m:
+                m[:] = bytes(len(m))
+        stats = self.maps.maps["policy_stats"]
+        zero = bytes(stats.value_size)
+        for v in self.tables.vpcs:
+            stats.update_percpu(u32(v.vpc_id), [zero] * stats.ncpus)
 
     def port_name(self, index: int | None) -> str | None:
         """Interface name of a port index."""

@@ -1,0 +1,134 @@
+"""What an operator asks of a gateway beside its maps: are its BGP and BFD sessions up, and is
+the fast path attached to its interfaces. Read at scrape time, exported as Prometheus gauges:
+
+    crosszone_bgp_session_up{peer,state}   1 when Established, else 0 (state: FRR's word)
+    crosszone_bfd_session_up{peer}         1 when the BFD session is up
+    crosszone_fastpath_attached{device}    1 when an XDP program is attached to the device
+
+BGP and BFD come from FRR through `vtysh ... json` (the agent runs beside the routing daemons,
+not inside them); the attachment from `ip -j link show` in the gateway's namespace. A command
+that fails or answers nonsense yields no samples for its family, never a stale or made-up one.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+Run = Callable[[Sequence[str]], str | None]
+
+
+def run_command(argv: Sequence[str], timeout: float = 2.0) -> str | None:
+    """Standard output of a command, or None when it cannot run or fails."""
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _json(text: str | None) -> Any:
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def bgp_sessions(summary_json: str | None) -> dict[str, str] | None:
+    """peer -> BGP state from `show bgp summary json` (IPv4 and IPv6 unicast), or None."""
+    data = _json(summary_json)
+    if not isinstance(data, dict):
+        return None
+    out: dict[str, str] = {}
+    for family in ("ipv4Unicast", "ipv6Unicast"):
+        peers = data.get(family, {})
+        peers = peers.get("peers", {}) if isinstance(peers, dict) else {}
+        for addr, info in (peers.items() if isinstance(peers, dict) else []):
+            if isinstance(info, dict):
+                out[str(addr)] = str(info.get("state", "unknown"))
+    return out
+
+
+def bfd_sessions(peers_json: str | None) -> dict[str, str] | None:
+    """peer -> BFD status (up, down, init) from `show bfd peers json`, or None."""
+    data = _json(peers_json)
+    if not isinstance(data, list):
+        return None
+    return {str(p["peer"]): str(p.get("status", "unknown"))
+            for p in data if isinstance(p, dict) and "peer" in p}
+
+
+def xdp_devices(links_json: str | None) -> dict[str, bool] | None:
+    """device -> whether an XDP program is attached, from `ip -j link show` (lo left out)."""
+    data = _json(links_json)
+    if not isinstance(data, list):
+        return None
+    return {str(link["ifname"]): bool(link.get("xdp"))
+            for link in data if isinstance(link, dict) and link.get("ifname") not in (None, "lo")}
+
+
+class RoutingCollector(Collector):
+    """Reads FRR and the links at scrape time, at most once per `every` seconds. vtysh: the
+    argv prefix that reaches the gateway's FRR (None: no FRR to ask); netns: the gateway's
+    namespace (None: this one).
+
+    Why the cache: one vtysh call costs about 30 ms of CPU here, and Prometheus scrapes every
+    second; reading at most every 3 s keeps an agent's share of a core near 2 % instead of 6 %,
+    while a session going down still shows within a few seconds."""
+
+    def __init__(self, vtysh: Sequence[str] | None, netns: str | None,
+                 run: Run = run_command, every: float = 3.0,
+                 now: Callable[[], float] = time.monotonic) -> None:
+        self.vtysh = list(vtysh) if vtysh else None
+        self.netns = netns
+        self.run = run
+        self.every, self.now = every, now
+        self._cached: tuple[float, dict[str, dict[str, Any] | None]] | None = None
+
+    def snapshot(self) -> dict[str, dict[str, Any] | None]:
+        """{"bgp": peer -> state, "bfd": peer -> status, "xdp": device -> attached}."""
+        t = self.now()
+        if self._cached is not None and t - self._cached[0] < self.every:
+            return self._cached[1]
+        snap = self._read()
+        self._cached = (t, snap)
+        return snap
+
+    def _read(self) -> dict[str, dict[str, Any] | None]:
+        bgp = bfd = None
+        if self.vtysh:
+            bgp = bgp_sessions(self.run([*self.vtysh, "-c", "show bgp summary json"]))
+            bfd = bfd_sessions(self.run([*self.vtysh, "-c", "show bfd peers json"]))
+        ip = ["ip", "-n", self.netns] if self.netns else ["ip"]
+        return {"bgp": bgp, "bfd": bfd, "xdp": xdp_devices(self.run([*ip, "-j", "link", "show"]))}
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """Yield the gauges of the families that could be read."""
+        snap = self.snapshot()
+        if snap["bgp"] is not None:
+            g = GaugeMetricFamily("crosszone_bgp_session_up", "1 if the BGP session is "
+                                  "Established", labels=["peer", "state"])
+            for peer, state in sorted(snap["bgp"].items()):
+                g.add_metric([peer, state], 1.0 if state == "Established" else 0.0)
+            yield g
+        if snap["bfd"] is not None:
+            g = GaugeMetricFamily("crosszone_bfd_session_up", "1 if the BFD session is up",
+                                  labels=["peer"])
+            for peer, status in sorted(snap["bfd"].items()):
+                g.add_metric([peer], 1.0 if status == "up" else 0.0)
+            yield g
+        if snap["xdp"] is not None:
+            g = GaugeMetricFamily("crosszone_fastpath_attached", "1 if an XDP program is "
+                                  "attached to the device", labels=["device"])
+            for dev, on in sorted(snap["xdp"].items()):
+                g.add_metric([dev], 1.0 if on else 0.0)
+            yield g

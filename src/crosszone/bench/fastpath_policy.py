@@ -1,0 +1,92 @@
+"""What the traffic policy costs per packet: `bench fastpath` scenarios with it on and off.
+
+The same bench build of the gateway is loaded twice, once with the policy off and once with it on
+(the config's CZ_CFG_POLICY; on-with-rate adds a VPC token bucket, at a rate so high that nothing
+is dropped, so that the bucket's arithmetic is in the figure), and the copies are timed in
+interleaved rounds on the same frame and CPU (`bench.fastpath.Loaded`, same harness, same modes).
+Reported: each setting's median and fastest round, and `policy_delta_ns` = on - off, the figure
+the policy's budget (25 ns) is about.
+
+A repeated frame is one flow, whose state stays in cache; the `_spread` scenario rewrites the
+inner destination of every iteration (100,000 destinations, bpf/bench_spread.h), so the flow
+table sees 100,000 flows and its slots miss the cache as they would under real traffic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from crosszone.abi import layout as L
+from crosszone.abi.reasons import Reason
+from crosszone.compile.tables import Tables, rate_fields
+
+if TYPE_CHECKING:  # bench.fastpath runs these scenarios: no import cycle at run time
+    from crosszone.bench.fastpath import Loaded
+
+NO_DROP_RATE_MBPS = 100_000_000  # 100 Tbit/s: the bucket runs, nothing is over it
+
+
+def with_policy(t: Tables, rate: bool = False) -> Tables:
+    """The bench tables with the policy on (and every VPC at a rate nothing exceeds)."""
+    vpcs = t.vpcs
+    flags = t.flags | L.CZ_CFG_POLICY
+    if rate:
+        per_mib, burst = rate_fields(NO_DROP_RATE_MBPS, 1 << 20)
+        vpcs = tuple(dataclasses.replace(v, rate_ns_per_mib=per_mib, burst_ns=burst)
+                     for v in vpcs)
+        flags |= L.CZ_CFG_RATES
+    # the intent's defaults
+    return dataclasses.replace(t, vpcs=vpcs, flags=flags, small_dscp=46, bulk_dscp=10,
+                               elephant_bytes=10 << 20, flowlet_gap_ns=500_000,
+                               flow_idle_ns=2_000_000_000, _index={})
+
+
+def measure_policy(frame: bytes, progs: dict[str, Loaded], expected: Reason, repeat: int,
+                   rounds: int) -> dict:
+    """Interleaved rounds of the settings in progs ({"off": Loaded, "on": Loaded, ...}) on one
+    frame; medians, minima, deltas against off, and the freshness check of every iteration."""
+    times: dict[str, list[float]] = {name: [] for name in progs}
+    before = {name: p.count(expected) for name, p in progs.items()}
+    for _ in range(rounds):
+        for name, p in progs.items():
+            times[name].append(p.ns_per_pkt(frame, repeat))
+    ok = all(p.count(expected) - before[name] == repeat * rounds
+             for name, p in progs.items())
+    out: dict[str, object] = {}
+    for name, ts in times.items():
+        out[f"policy_{name}_ns_per_pkt"] = round(statistics.median(ts), 1)
+        out[f"best_policy_{name}_ns_per_pkt"] = min(ts)
+    off = statistics.median(times["off"])
+    for name, ts in times.items():
+        if name != "off":
+            out[f"policy_{name}_delta_ns"] = round(statistics.median(ts) - off, 1)
+            out[f"best_policy_{name}_delta_ns"] = round(min(ts) - min(times["off"]), 1)
+    out["policy_on_over_off"] = round(statistics.median(times["on"]) / off, 3)
+    out["expected_reason"] = expected.label
+    out["every_iteration_verified"] = ok
+    return out
+
+
+def policy_scenarios(load: Callable[[str, Tables, int], Loaded], tables: Tables,
+                     frames: tuple[bytes, bytes, bytes], hosts: int, repeat: int, rounds: int,
+                     emit: Callable[[dict], None], tag: dict) -> None:
+    """The policy scenarios of one mode. load(obj_stem, tables, n_hosts) -> a programmed
+    gateway; frames = (decap, decap spread, encap), hosts = how many the encap needs."""
+    decap, spread, encap = frames
+    for scenario, stem, frame, reason, n_hosts in (
+        ("policy_ipv4_decap", "bench_gateway", decap, Reason.FWD_TO_STORAGE, 0),
+        ("policy_ipv4_decap_spread", "bench_gateway_spread", spread, Reason.FWD_TO_STORAGE, 0),
+        ("policy_return_encap", "bench_gateway", encap, Reason.FWD_TO_COMPUTE, hosts),
+    ):
+        progs = {"off": load(stem, tables, n_hosts),
+                 "on": load(stem, with_policy(tables), n_hosts),
+                 "on_with_rate": load(stem, with_policy(tables, rate=True), n_hosts)}
+        try:
+            row = measure_policy(frame, progs, reason, repeat, rounds)
+        finally:
+            for p in progs.values():
+                p.close()
+        emit({"scenario": scenario, **tag, **row})

@@ -1,0 +1,90 @@
+"""The controller's Prometheus metrics (`GET /metrics`), read from its state at scrape time:
+
+    crosszone_desired_revision                     the intent revision the controller serves
+    crosszone_gateway_revision{gateway}            the revision each gateway last reported
+    crosszone_gateway_in_sync{gateway}             1 if it is at or after the desired one
+    crosszone_gateway_health{gateway,health}       1 for the gateway's reported health
+    crosszone_migration_step                       the migration's step (absent without one)
+    crosszone_migration_weight_new_ratio           share of traffic on the new gateways, 0..1
+    crosszone_migration_guard_ok{guard}            1 while a guard holds
+
+Nothing is cached: a scrape sees what `/v1/status` and `/v1/migration` would answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from crosszone.control.dashboard import in_sync
+from crosszone.store.store import StoreUnavailable
+
+
+class ControllerCollector(Collector):
+    """status() -> /v1/status document; migration() -> the migration record."""
+
+    def __init__(self, status: Callable[[], dict[str, Any]],
+                 migration: Callable[[], dict[str, Any]]) -> None:
+        self.status, self.migration = status, migration
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """Yield the gauges (none when the store does not answer)."""
+        try:
+            st, mig = self.status(), self.migration()
+        except StoreUnavailable:
+            return
+        want = st.get("desired_revision")
+        desired = GaugeMetricFamily("crosszone_desired_revision",
+                                    "Intent revision the controller serves")
+        desired.add_metric([], float(want or 0))
+        yield desired
+        rev = GaugeMetricFamily("crosszone_gateway_revision",
+                                "Revision each gateway last reported", labels=["gateway"])
+        sync = GaugeMetricFamily("crosszone_gateway_in_sync",
+                                 "1 if the gateway applied the desired revision (or later)",
+                                 labels=["gateway"])
+        health = GaugeMetricFamily("crosszone_gateway_health",
+                                   "1 for the health the gateway reported",
+                                   labels=["gateway", "health"])
+        for gw, s in sorted(st.get("gateways", {}).items()):
+            r = s.get("revision")
+            if isinstance(r, int):
+                rev.add_metric([gw], float(r))
+            sync.add_metric([gw], 1.0 if in_sync(r, want) else 0.0)
+            health.add_metric([gw, str(s.get("health", "unknown"))], 1.0)
+        yield rev
+        yield sync
+        yield health
+        yield from _migration(mig)
+
+
+def _migration(mig: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
+    if mig.get("state") in (None, "none", "unreadable"):
+        return
+    for name, key, doc in (("crosszone_migration_step", "step", "Step of the migration"),
+                           ("crosszone_migration_weight_new_ratio", "weight_new",
+                            "Share of traffic on the new gateways (0..1)")):
+        if isinstance(mig.get(key), int | float) and not isinstance(mig.get(key), bool):
+            g = GaugeMetricFamily(name, doc)
+            g.add_metric([], float(mig[key]))
+            yield g
+    raw = mig.get("guards")
+    guards = [x for x in raw if isinstance(x, dict) and "name" in x] if isinstance(
+        raw, list) else []
+    if guards:
+        ok = GaugeMetricFamily("crosszone_migration_guard_ok", "1 while a migration guard "
+                               "holds", labels=["guard"])
+        for guard in guards:
+            ok.add_metric([str(guard["name"])], 1.0 if guard.get("ok") else 0.0)
+        yield ok
+
+
+def exposition(collector: ControllerCollector) -> bytes:
+    """The text exposition of one scrape."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return generate_latest(registry)

@@ -1,0 +1,113 @@
+"""`crosszone top`: the dashboard's live figures in a terminal, for operators on SSH.
+
+It polls the same `GET /v1/dashboard` the browser polls and draws it with rich: gateways
+(health, revision, BGP, BFD, fast path), per-VPC Gbit/s and packets/s in both directions, drops
+and passes by reason, and the migration's step, weight and guards.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from crosszone.control.dashboard import latest
+
+
+def _sessions(s: dict[str, Any] | None) -> Text:
+    if not s:
+        return Text("-", style="dim")
+    ok = s["total"] > 0 and s["up"] == s["total"]
+    return Text(f"{s['up']}/{s['total']} up", style="green" if ok else "bold red")
+
+
+def _attached(a: dict[str, bool] | None) -> Text:
+    if a is None:
+        return Text("-", style="dim")
+    on = [d for d, v in a.items() if v]
+    return Text(f"attached ({', '.join(on)})" if on else "not attached",
+                style="green" if on else "bold red")
+
+
+def gateway_table(doc: dict[str, Any]) -> Table:
+    """One row per gateway."""
+    t = Table(title=f"gateways (desired revision {doc.get('desired_revision')})",
+              title_justify="left")
+    for col in ("gateway", "health", "revision", "BGP", "BFD", "fast path", "message"):
+        t.add_column(col)
+    for g in doc["gateways"]:
+        rev = "-" if g["revision"] is None else str(g["revision"])
+        t.add_row(g["name"], Text(g["health"], style="green" if g["health"] == "ok" else "red"),
+                  Text(rev if g["in_sync"] else f"{rev} (behind)",
+                       style="" if g["in_sync"] else "yellow"),
+                  _sessions(g["bgp"]), _sessions(g["bfd"]), _attached(g["attached"]),
+                  g["message"])
+    return t
+
+
+def vpc_rows(doc: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    """vpc -> {"to_storage.gbps", "to_compute.gbps", "to_storage.pps", "to_compute.pps"}."""
+    rows: dict[str, dict[str, float | None]] = {}
+    for key, unit, scale in (("vpc_bits", "gbps", 1e9), ("vpc_packets", "pps", 1.0)):
+        for s in latest(doc["series"][key]):
+            v = s["value"]
+            rows.setdefault(s["vpc"], {})[f"{s['direction']}.{unit}"] = (
+                None if v is None else v / scale)
+    return rows
+
+
+def _num(v: float | None, digits: int) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def vpc_table(doc: dict[str, Any]) -> Table:
+    """Per VPC, now: Gbit/s and packets/s, both directions."""
+    t = Table(title="per VPC, now", title_justify="left")
+    t.add_column("VPC")
+    cols = (("to_storage.gbps", "to storage Gbps", 3), ("to_compute.gbps", "to compute Gbps", 3),
+            ("to_storage.pps", "to storage pps", 0), ("to_compute.pps", "to compute pps", 0))
+    for _, title, _ in cols:
+        t.add_column(title, justify="right")
+    for vpc, row in sorted(vpc_rows(doc).items()):
+        t.add_row(vpc, *(_num(row.get(k), d) for k, _, d in cols))
+    return t
+
+
+def reason_table(doc: dict[str, Any]) -> Table:
+    """Drops and passes by reason, packets/s now."""
+    t = Table(title="drops and passes by reason", title_justify="left")
+    for col, j in (("verdict", "left"), ("reason", "left"), ("packets/s", "right")):
+        t.add_column(col, justify=j)  # type: ignore[arg-type]
+    for s in latest(doc["series"]["verdicts"]):
+        t.add_row(Text(s["verdict"], style="red" if s["verdict"] == "drop" else "dim"),
+                  s["reason"], _num(s["value"], 1))
+    return t
+
+
+def migration_text(doc: dict[str, Any]) -> Text:
+    """One line for the migration, plus its guards."""
+    m = doc["migration"]
+    if m.get("state") in (None, "none"):
+        return Text("migration: none", style="dim")
+    w = m.get("weight_new")
+    w = min(1.0, max(0.0, float(w))) if isinstance(w, int | float) else 0.0
+    bar = "#" * round(20 * w) + "." * (20 - round(20 * w))
+    text = Text(f"migration: {m['state']}, step {m.get('step', '-')} [{bar}] "
+                f"{w * 100:.0f} % on the new gateways")
+    guards = m.get("guards")
+    for g in (x for x in (guards if isinstance(guards, list) else []) if isinstance(x, dict)):
+        text.append(f"\n  guard {g.get('name')}: {g.get('value')} (limit {g.get('limit')}) ",
+                    style="")
+        text.append("ok" if g.get("ok") else "TRIPPED", style="green" if g.get("ok") else "red")
+    return text
+
+
+def render(doc: dict[str, Any]) -> Group:
+    """The whole screen for one dashboard document."""
+    p = doc["prometheus"]
+    head = Text(f"rates from {p['url']}" if p["ok"] else f"no rates: {p['error']}",
+                style="dim" if p["ok"] else "yellow")
+    return Group(head, gateway_table(doc), vpc_table(doc), reason_table(doc),
+                 migration_text(doc))

@@ -1,0 +1,239 @@
+/* Traffic policy: large flows not congested, small requests not delayed, no tenant starved.
+ *
+ * - Per-flow soft state (flows map): a flow is (VPC, direction, inner 5-tuple as received). Until
+ *   it has sent elephant_bytes of inner IP bytes its packets are marked small_dscp (the strict
+ *   priority class), then bulk_dscp (the low class): a short request never waits behind bulk
+ *   transfers, and no application says which is which (in the manner of PIAS). A flow idle for
+ *   flow_idle_ns is forgotten, so a connection reused for small requests after a bulk transfer is
+ *   small again. Slots come in sets of two; a new flow takes a free or forgotten slot of its set,
+ *   else the one idle longest. State is soft: written without locks by every CPU, a lost or torn
+ *   update only mis-marks a packet or moves a flow once more; nothing forwards differently for it.
+ * - Flowlets: a bulk flow that was idle for at least flowlet_gap_ns has drained the path it was
+ *   on, so its next burst may take another one without reordering (its salt moves it to another
+ *   ECMP bucket toward storage, another VXLAN source port, so another underlay path, toward
+ *   compute). Small flows never move.
+ * - Per-VPC rate (vpc_buckets): a token bucket per VPC and direction kept as one time stamp, the
+ *   time the bucket is empty until (a virtual clock, as in the kernel's EDT pacing): a packet
+ *   costs len * rate_ns_per_mib / 2^20 ns, the stamp may lag now by at most burst_ns, and a
+ *   packet that would push it past now is dropped (CZ_R_DROP_VPC_RATE). Read and written without
+ *   atomics: two CPUs may both admit a packet against the same credit, so a VPC can exceed its
+ *   rate by at most one packet per CPU per refill; a greedy tenant is still held to its rate.
+ *
+ * Marking keeps the two ECN bits; an IPv4 header checksum follows incrementally. Transport
+ * checksums do not cover the traffic class, and the outer UDP checksum of our VXLAN is zero. */
+#ifndef CZ_POLICY_H
+#define CZ_POLICY_H
+
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include "maps.h"
+#include "verdict.h"
+#include "csum.h"
+
+#define CZ_DIR_TO_COMPUTE 0
+#define CZ_DIR_TO_STORAGE 1
+
+/* The clock. Test builds (-DCZ_TEST_CLOCK) read it from test_clock[0], so a test sets time to
+ * the nanosecond; the production build pays nothing for that. */
+static __always_inline __u64 cz_now(void)
+{
+#ifdef CZ_TEST_CLOCK
+	__u32 zero = 0;
+	__u64 *t = bpf_map_lookup_elem(&test_clock, &zero);
+
+	return t ? *t : 0;
+#else
+	return bpf_ktime_get_ns();
+#endif
+}
+
+static __always_inline struct cz_policy_counter *cz_policy_stats(__u32 vpc_id)
+{
+	return bpf_map_lookup_elem(&policy_stats, &vpc_id);
+}
+
+/* 1 when the packet fits the VPC's rate (or the VPC has none), else 0 with the verdict set. */
+static __always_inline int cz_rate_ok(struct cz_verdict *v, const struct cz_vpc *vpc, __u32 dir,
+				      __u32 len, __u64 now)
+{
+	if (!vpc->rate_ns_per_mib)
+		return 1;
+	__u32 i = 2 * (vpc->vpc_id & (CZ_MAX_VPCS - 1)) + dir;
+	__u64 *empty_until = bpf_map_lookup_elem(&vpc_buckets, &i);
+	if (!empty_until)
+		return 1;
+	__u64 t = *empty_until;
+	/* Signed differences: the clock and the stamp may be anywhere in 64 bits. */
+	if ((__s64)(t - (now - vpc->burst_ns)) < 0)
+		t = now - vpc->burst_ns;
+	t += ((__u64)len * vpc->rate_ns_per_mib) >> 20;
+	if ((__s64)(t - now) > 0) {
+		struct cz_policy_counter *c = cz_policy_stats(vpc->vpc_id);
+		if (c) {
+			c->rate_drop_packets++;
+			c->rate_drop_bytes += len;
+		}
+		cz_set(v, XDP_DROP, CZ_R_DROP_VPC_RATE);
+		return 0;
+	}
+	*empty_until = t;
+	return 1;
+}
+
+/* The scratch flow key of this CPU (never NULL for index 0; checked for the verifier). */
+static __always_inline struct cz_flow_id *cz_flow_scratch(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&flow_scratch, &zero);
+}
+
+static __always_inline __u64 cz_flow_w0(__u32 vpc_id, __u8 dir, __u8 proto, __u8 family)
+{
+	return vpc_id | (__u64)dir << 32 | (__u64)proto << 40 | (__u64)family << 48 | 1ull << 56;
+}
+
+static __always_inline int cz_flow_is(const struct cz_flow *f, const struct cz_flow_id *k)
+{
+	const __u64 *a = (const __u64 *)f;
+
+	return a[0] == k->w0 && a[1] == k->s0 && a[2] == k->s1 && a[3] == k->d0 && a[4] == k->d1 &&
+	       f->ports == k->ports;
+}
+
+/* What the policy decided for one packet. */
+struct cz_mark {
+	__u32 salt;             /* add salt * CZ_FLOWLET_MIX to the flow hash */
+	__u8 dscp;
+	__u8 on;                /* 0: policy off, leave the packet as it is */
+};
+
+/* Accounts len inner IP bytes to flow k (whose slot set the flow hash h picks) at now and sets
+ * its mark. */
+static __always_inline void cz_flow_account(const struct cz_config *cfg, const struct cz_flow_id *k,
+					    __u32 h, __u32 len, __u64 now, struct cz_mark *m)
+{
+	__u32 i0 = (h >> (32 - CZ_FLOW_SLOT_BITS)) & ~1u, i1 = i0 | 1;
+	struct cz_flow *a = bpf_map_lookup_elem(&flows, &i0);
+	struct cz_flow *b = bpf_map_lookup_elem(&flows, &i1);
+	if (!a || !b)
+		return;
+	struct cz_flow *f;
+	if (cz_flow_is(a, k))
+		f = a;
+	else if (cz_flow_is(b, k))
+		f = b;
+	else {
+		/* A new flow: the free or forgotten slot of the set, else the one idle longer. */
+		int a_free = !a->live || now - a->last_ns >= cfg->flow_idle_ns;
+		int b_free = !b->live || now - b->last_ns >= cfg->flow_idle_ns;
+		f = a_free ? a : b_free ? b : (__s64)(a->last_ns - b->last_ns) <= 0 ? a : b;
+		__u64 *w = (__u64 *)f;
+		w[0] = k->w0;
+		w[1] = k->s0;
+		w[2] = k->s1;
+		w[3] = k->d0;
+		w[4] = k->d1;
+		f->ports = k->ports;
+		f->salt = 0;
+		f->bytes = 0;
+		f->last_ns = now;
+	}
+	if (now - f->last_ns >= cfg->flow_idle_ns) {
+		f->salt = 0;   /* forgotten: a new flow on the slot it had */
+		f->bytes = 0;
+	}
+	struct cz_policy_counter *c = cz_policy_stats(k->w0 & 0xffffffffu);
+	if (f->bytes >= cfg->elephant_bytes) {
+		if (now - f->last_ns >= cfg->flowlet_gap_ns) {
+			f->salt++;
+			if (c)
+				c->flowlet_moves++;
+		}
+		m->dscp = cfg->bulk_dscp;
+		if (c)
+			c->bulk_packets++;
+	} else {
+		m->dscp = cfg->small_dscp;
+		if (c)
+			c->small_packets++;
+	}
+	f->bytes += len;
+	f->last_ns = now;
+	m->salt = f->salt;
+	m->on = 1;
+}
+
+/* The packet's flow key, built in this CPU's scratch slot (NULL never happens: slot 0 exists). */
+static __always_inline struct cz_flow_id *cz_flow_id4(__u32 vpc_id, __u8 dir, __u8 proto,
+						      __u32 src, __u32 dst, __u32 ports)
+{
+	struct cz_flow_id *k = cz_flow_scratch();
+
+	if (k) {
+		k->w0 = cz_flow_w0(vpc_id, dir, proto, 4);
+		k->s0 = src;
+		k->s1 = 0;
+		k->d0 = dst;
+		k->d1 = 0;
+		k->ports = ports;
+	}
+	return k;
+}
+
+static __always_inline struct cz_flow_id *cz_flow_id6(__u32 vpc_id, __u8 dir, __u8 proto,
+						      const __u32 *src, const __u32 *dst,
+						      __u32 ports)
+{
+	struct cz_flow_id *k = cz_flow_scratch();
+
+	if (k) {
+		k->w0 = cz_flow_w0(vpc_id, dir, proto, 6);
+		k->s0 = src[0] | (__u64)src[1] << 32;
+		k->s1 = src[2] | (__u64)src[3] << 32;
+		k->d0 = dst[0] | (__u64)dst[1] << 32;
+		k->d1 = dst[2] | (__u64)dst[3] << 32;
+		k->ports = ports;
+	}
+	return k;
+}
+
+/* The rate check and the flow's mark for one packet: 0 = forward with *m, -1 = dropped (the
+ * verdict is set). With the policy off, m->on stays 0. vpc is NULL when no VPC has a rate. The
+ * config is looked up again here rather than carried: the stages' frames have no room for it. */
+static __always_inline int cz_policy(struct cz_verdict *v, const struct cz_vpc *vpc, __u8 dir,
+				     const struct cz_flow_id *k, __u32 h, __u32 len,
+				     struct cz_mark *m)
+{
+	__u64 now = cz_now();
+
+	if (vpc && !cz_rate_ok(v, vpc, dir, len, now))
+		return -1;
+	if ((v->cfg_flags & CZ_CFG_POLICY) && k) {
+		const struct cz_config *cfg = CZ_RECORD(config, 0);
+		if (cfg)
+			cz_flow_account(cfg, k, h, len, now, m);
+	}
+	return 0;
+}
+
+/* DSCP into an IPv4 header, ECN kept, checksum updated (RFC 1624). */
+static __always_inline void cz_mark4(struct iphdr *ip, __u8 dscp)
+{
+	__u16 *word = (__u16 *)ip;   /* version, IHL and TOS */
+	__u16 old = *word;
+
+	ip->tos = (dscp << 2) | (ip->tos & 3);
+	ip->check = cz_csum_replace2(ip->check, old, *word);
+}
+
+/* DSCP into an IPv6 traffic class (bits 4..11 of the first word), ECN kept. */
+static __always_inline void cz_mark6(struct ipv6hdr *ip6, __u8 dscp)
+{
+	__u8 *b = (__u8 *)ip6;
+
+	b[0] = (b[0] & 0xf0) | (dscp >> 2);
+	b[1] = ((dscp & 3) << 6) | (b[1] & 0x3f);
+}
+
+#endif

@@ -1,0 +1,162 @@
+"""Reference model of `bpf/policy.h`: per-flow soft state, DSCP marking, flowlets, VPC rates.
+
+`PolicyState` holds what the kernel keeps in its flows, vpc_buckets and policy_stats maps, and
+the clock (`now`, set by the caller: time is injected, as the test build's test_clock map is
+set by the fast-path tests). `model.process` runs a frame against one state, so a sequence of
+frames through the model and through the kernel, with the same clock readings, must leave the
+same marks, paths, drops and counters. The arithmetic is the C's, modulo 2^64 where it wraps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from crosszone.abi import layout
+from crosszone.compile.tables import Tables, Vpc
+from crosszone.fastpath.testing.model_l4 import csum_replace
+
+M64 = (1 << 64) - 1
+DIR_TO_COMPUTE = 0  # CZ_DIR_TO_COMPUTE
+DIR_TO_STORAGE = 1
+
+
+def _signed(x: int) -> int:
+    """(__s64) of a u64."""
+    x &= M64
+    return x - (1 << 64) if x >> 63 else x
+
+
+@dataclass
+class FlowSlot:
+    """struct cz_flow: the key (as a tuple), the flowlet salt, bytes seen, last packet time."""
+
+    key: tuple
+    salt: int = 0
+    bytes: int = 0
+    last_ns: int = 0
+
+
+@dataclass
+class PolicyCounters:
+    """struct cz_policy_counter of one VPC."""
+
+    small_packets: int = 0
+    bulk_packets: int = 0
+    flowlet_moves: int = 0
+    rate_drop_packets: int = 0
+    rate_drop_bytes: int = 0
+
+
+@dataclass
+class Mark:
+    """struct cz_mark: what the policy decided for one packet (on=False: leave it as it is)."""
+
+    on: bool = False
+    dscp: int = 0
+    salt: int = 0
+
+    def hash(self, h: int) -> int:
+        """The flow hash that picks the ECMP bucket and the VXLAN source port."""
+        return (h + self.salt * layout.CZ_FLOWLET_MIX) & 0xFFFFFFFF
+
+
+@dataclass
+class PolicyState:
+    """The kernel's flows, vpc_buckets and policy_stats maps, and the clock in ns."""
+
+    now: int = 0
+    flows: dict[int, FlowSlot] = field(default_factory=dict)
+    buckets: dict[int, int] = field(default_factory=dict)
+    stats: dict[int, PolicyCounters] = field(default_factory=dict)
+
+    def counters(self, vpc_id: int) -> PolicyCounters:
+        """The VPC's counters (created at zero)."""
+        return self.stats.setdefault(vpc_id, PolicyCounters())
+
+
+class RateDrop(Exception):
+    """The packet is over its VPC's rate (CZ_R_DROP_VPC_RATE)."""
+
+
+def _rate_ok(st: PolicyState, vpc: Vpc, direction: int, length: int) -> bool:
+    """cz_rate_ok."""
+    if not vpc.rate_ns_per_mib:
+        return True
+    i = 2 * (vpc.vpc_id & (layout.CZ_MAX_VPCS - 1)) + direction
+    t = st.buckets.get(i, 0)
+    floor = (st.now - vpc.burst_ns) & M64
+    if _signed(t - floor) < 0:
+        t = floor
+    t = (t + ((length * vpc.rate_ns_per_mib) >> 20)) & M64
+    if _signed(t - st.now) > 0:
+        c = st.counters(vpc.vpc_id)
+        c.rate_drop_packets += 1
+        c.rate_drop_bytes += length
+        return False
+    st.buckets[i] = t
+    return True
+
+
+def _account(st: PolicyState, t: Tables, key: tuple, vpc_id: int, h: int, length: int) -> Mark:
+    """cz_flow_account."""
+    now = st.now
+    i0 = (h >> (32 - layout.CZ_FLOW_SLOT_BITS)) & ~1
+    a, b = st.flows.get(i0), st.flows.get(i0 | 1)
+    if a is not None and a.key == key:
+        f = a
+    elif b is not None and b.key == key:
+        f = b
+    else:
+        a_free = a is None or (now - a.last_ns) & M64 >= t.flow_idle_ns
+        b_free = b is None or (now - b.last_ns) & M64 >= t.flow_idle_ns
+        if a_free:
+            slot = i0
+        elif b_free:
+            slot = i0 | 1
+        else:
+            assert a is not None and b is not None
+            slot = i0 if _signed(a.last_ns - b.last_ns) <= 0 else i0 | 1
+        f = st.flows[slot] = FlowSlot(key, 0, 0, now)
+    if (now - f.last_ns) & M64 >= t.flow_idle_ns:
+        f.salt, f.bytes = 0, 0
+    c = st.counters(vpc_id)
+    if f.bytes >= t.elephant_bytes:
+        if (now - f.last_ns) & M64 >= t.flowlet_gap_ns:
+            f.salt = (f.salt + 1) & 0xFFFFFFFF
+            c.flowlet_moves += 1
+        dscp = t.bulk_dscp
+        c.bulk_packets += 1
+    else:
+        dscp = t.small_dscp
+        c.small_packets += 1
+    f.bytes = (f.bytes + length) & M64
+    f.last_ns = now
+    return Mark(True, dscp, f.salt)
+
+
+def policy(st: PolicyState, t: Tables, vpc: Vpc | None, vpc_id: int, direction: int,
+           key: tuple, h: int, length: int) -> Mark:
+    """cz_policy: the rate check (RateDrop) and the flow's mark. vpc is None when replies do
+    not read VPC records (no CZ_CFG_RATES)."""
+    if not t.flags & (layout.CZ_CFG_POLICY | layout.CZ_CFG_RATES):
+        return Mark()
+    if vpc is not None and not _rate_ok(st, vpc, direction, length):
+        raise RateDrop
+    if t.flags & layout.CZ_CFG_POLICY:
+        return _account(st, t, (vpc_id, direction) + key, vpc_id, h, length)
+    return Mark()
+
+
+def mark4(pkt: bytearray, off: int, dscp: int) -> None:
+    """cz_mark4: DSCP into the IPv4 header at off, ECN kept, checksum updated."""
+    old = bytes(pkt[off : off + 2])
+    pkt[off + 1] = (dscp << 2) | (pkt[off + 1] & 3)
+    check = int.from_bytes(pkt[off + 10 : off + 12], "big")
+    check = csum_replace(check, old, bytes(pkt[off : off + 2]))
+    pkt[off + 10 : off + 12] = check.to_bytes(2, "big")
+
+
+def mark6(pkt: bytearray, off: int, dscp: int) -> None:
+    """cz_mark6: DSCP into the IPv6 traffic class at off, ECN kept."""
+    pkt[off] = (pkt[off] & 0xF0) | (dscp >> 2)
+    pkt[off + 1] = ((dscp & 3) << 6) | (pkt[off + 1] & 0x3F)

@@ -1,0 +1,99 @@
+"""`crosszone bench policy` without root: its counters, lines and summary."""
+
+from __future__ import annotations
+
+import pytest
+
+from crosszone.bench import fairness, policy
+from crosszone.workload import runner
+
+pytestmark = pytest.mark.unit
+
+SNMP = """Ip: Forwarding DefaultTTL
+Ip: 1 64
+Tcp: RtoAlgorithm InSegs OutSegs
+Tcp: 1 1000 900
+"""
+NETSTAT = """TcpExt: SyncookiesSent TCPOFOQueue TCPSACKReorder TCPTSReorder
+TcpExt: 0 25 3 2
+"""
+
+
+def test_counters_pair_names_with_values() -> None:
+    c = policy._counters(SNMP + NETSTAT)
+    assert c["TcpInSegs"] == 1000 and c["TcpExtTCPOFOQueue"] == 25 and c["IpDefaultTTL"] == 64
+
+
+def test_tcp_counters_count_detected_reordering_over_segments_sent() -> None:
+    from crosszone.linux.netns import RecordingExecutor
+
+    ex = RecordingExecutor()
+    ex.output = lambda argv, check=True: SNMP + NETSTAT  # type: ignore[method-assign]
+    assert policy.tcp_counters(ex, ["n1", "n2"]) == (1800, 10)
+
+
+def _res(p99_ms: float, loader_gbps: float) -> runner.WorkloadResult:
+    return runner.WorkloadResult(duration_s=10.0, endpoints=2,
+                                 read_bytes=int(loader_gbps * 10 / 8 * 1e9),
+                                 small_lat_us=[1000] * 980 + [int(p99_ms * 1000)] * 20)
+
+
+def test_round_line_has_the_contract_keys() -> None:
+    line = policy.round_line("crosszone", "on", 0, _res(5, 0.4), segs=2000, reordered=10)
+    for key in ("policy", "small_p50_ms", "small_p99_ms", "small_p999_ms", "bulk_gbps",
+                "checkpoint_gbps", "reordered_pct"):
+        assert key in line
+    assert line["reordered_pct"] == 0.5 and line["bulk_gbps"] == 0.4
+    assert policy.round_line("legacy", "off", 0, _res(5, 0.4), 0, 0)["reordered_pct"] == 0.0
+
+
+def test_summary_uses_medians_and_checks_the_targets() -> None:
+    lines = [policy.round_line("crosszone", s, r, _res(p99, g), 1, 0)
+             for r, (s, p99, g) in enumerate([("off", 100, 0.40), ("on", 10, 0.39),
+                                              ("off", 120, 0.41), ("on", 30, 0.40),
+                                              ("off", 80, 0.40), ("on", 20, 0.38)])]
+    lines.append(policy.round_line("legacy", "on", 0, _res(1, 9.0), 1, 0))  # another kind
+    s = policy.summary("crosszone", lines, floor_p99=4.0)
+    assert s["summary"] is True and s["gateway"] == "crosszone"
+    assert s["small_p99_improvement"] == 5.0  # median 100 / median 20
+    assert s["bulk_goodput_ratio"] == pytest.approx(0.39 / 0.40, abs=1e-3)
+    assert s["met"] is True  # 5.0 >= 5 and 0.975 >= 0.95
+    assert s["ceiling_small_p99_improvement"] == 25.0
+    slower_bulk = [dict(ln, bulk_gbps=0.3) if ln["policy"] == "on" else ln for ln in lines]
+    assert policy.summary("crosszone", slower_bulk, None)["met"] is False
+
+
+def test_summary_without_rounds_does_not_divide_by_zero() -> None:
+    s = policy.summary("legacy", [], None)
+    assert s["small_p99_improvement"] == 0.0 and s["met"] is False
+    assert "floor_small_p99_ms" not in s
+
+
+def _tenant_result() -> runner.WorkloadResult:
+    res = runner.WorkloadResult(duration_s=10.0, endpoints=4)
+    for name, gb, lat in (("h1-a", 0.3, 50), ("h2-a", 0.3, 70), ("h1-b", 0.1, 5), ("h2-b", 0.1, 6)):
+        res.per_endpoint[name] = {"read_bytes": int(gb * 10 / 8 * 1e9), "written_bytes": 0,
+                                  "small": 1, "errors": 0, "small_lat_us": [lat * 1000] * 10}
+    return res
+
+
+def test_fairness_splits_goodput_and_latency_by_tenant() -> None:
+    t = fairness.tenants(_tenant_result(), 10.0)
+    assert t["a"]["bulk_gbps"] == pytest.approx(0.6) and t["b"]["bulk_gbps"] == pytest.approx(0.2)
+    assert t["a"]["small_p99_ms"] == 70.0 and t["b"]["small_p99_ms"] == 6.0
+    line = fairness.round_line("off", 0, _tenant_result(), "a", 10.0)
+    assert line["other_share"] == 0.25
+    s = fairness.summary([line, dict(line, fairness="on", other_share=0.5)], "a", 100)
+    assert s["other_share_off"] == 0.25 and s["other_share_on"] == 0.5
+
+
+def test_vpc_rates_reach_the_cluster_intent() -> None:
+    from crosszone.emulate import control_plane, topology
+    from crosszone.emulate import policy as pol
+
+    p = topology.plan(topology.load(fairness.POLICY_TOPOLOGY))
+    assert all("rate_mbps" not in v for v in control_plane.cluster_intent(p)["vpcs"])
+    limited = pol.with_vpc_rates(p, {"a": 50})
+    vpcs = {v["name"]: v for v in control_plane.cluster_intent(limited)["vpcs"]}
+    assert vpcs["vpc-a"]["rate_mbps"] == 50 and "rate_mbps" not in vpcs["vpc-b"]
+    assert pol.with_vpc_rates(limited, {"a": None}).spec == p.spec

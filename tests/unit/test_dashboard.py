@@ -1,0 +1,304 @@
+"""The dashboard's data (controller side, a fake Prometheus), its HTTP routes and read policy,
+the controller's /metrics, and `crosszone top`'s rendering."""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from rich.console import Console
+
+from crosszone.control import dashboard, top
+from crosszone.control.api import create_app
+from crosszone.control.dashboard_routes import STATIC
+from crosszone.control.service import Controller
+from crosszone.store.sqlite_store import SqliteStore
+from crosszone.store.store import STATUS
+
+AUTH = {"Authorization": "Bearer s3cret"}
+T0 = 1_000_000.0
+MIGRATION = {"state": "shifting", "step": 3, "weight_new": 0.25,
+             "history": [{"t": T0 - 20, "event": "start", "step": 0, "weight_new": 0.0,
+                          "reason": ""},
+                         {"t": T0 - 5, "event": "step", "step": 3, "weight_new": 0.25,
+                          "reason": "guards ok"}],
+             "guards": [{"name": "loss", "value": 0, "limit": 0, "ok": True},
+                        {"name": "bfd", "value": 1, "limit": 0, "ok": False}]}
+
+
+class FakeProm:
+    """Answers the dashboard's queries from tables; `fail` makes every query fail."""
+
+    url = "http://prom.test"
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.asked: list[str] = []
+
+    def range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+        self.asked.append(expr)
+        if self.fail:
+            raise dashboard.PrometheusError("prometheus http://prom.test: connection refused")
+        if expr == "crosszone:vpc_bits:rate5s":
+            return [{"metric": {"vpc": "blue", "direction": "to_storage"},
+                     "values": [[end - 2 * step, "8e9"], [end - step, "NaN"], [end, "4e9"]]},
+                    {"metric": {"vpc": "blue", "direction": "to_compute"},
+                     "values": [[end, "1e9"], [end + step, "9e9"]]}]
+        if expr == "crosszone:vpc_packets:rate5s":
+            return [{"metric": {"vpc": "blue", "direction": "to_storage"},
+                     "values": [[end, "350000"]]}]
+        if expr == "crosszone:verdicts:rate5s":
+            return [{"metric": {"verdict": "drop", "reason": "drop_vni_unknown"},
+                     "values": [[end, "12.5"]]},
+                    {"metric": {"verdict": "drop", "reason": "drop_route_miss"},  # never fired
+                     "values": [[end - step, "0"], [end, "0"]]}]
+        return []
+
+    def instant(self, expr: str) -> list[dict[str, Any]]:
+        self.asked.append(expr)
+        table = {
+            "crosszone_bgp_session_up": [
+                ({"gateway": "gw-a", "peer": "10.0.0.1"}, "1"),
+                ({"gateway": "gw-a", "peer": "10.0.1.1"}, "0")],
+            "crosszone_bfd_session_up": [({"gateway": "gw-a", "peer": "10.0.0.1"}, "1")],
+            "crosszone_fastpath_attached": [({"gateway": "gw-a", "device": "c0"}, "1"),
+                                            ({"gateway": "gw-a", "device": "s0"}, "1")],
+            'up{role="agent"}': [({"gateway": "gw-a"}, "1"), ({"gateway": "gw-b"}, "0")],
+        }
+        return [{"metric": m, "value": [T0, v]} for m, v in table[expr]]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SqliteStore:
+    s = SqliteStore(str(tmp_path / "s.db"), poll_s=0.001)
+    # two puts: the store (and so the controller's desired revision) is at revision 2
+    s.put(STATUS + "gw-a", json.dumps({"revision": 2, "health": "ok", "message": ""}).encode())
+    s.put(STATUS + "gw-b", json.dumps({"revision": 1, "health": "degraded",
+                                       "message": "store unreachable"}).encode())
+    return s
+
+
+def _status() -> dict[str, Any]:
+    # gw-a reports a revision past the intent's (the store moved on with other writes): in sync
+    return {"desired_revision": 5, "gateways": {
+        "gw-a": {"revision": 6, "health": "ok"},
+        "gw-b": {"revision": 3, "health": "degraded", "message": "store unreachable"}}}
+
+
+def test_align_puts_each_value_at_its_step_and_drops_nan_and_outliers() -> None:
+    res = [{"metric": {"vpc": "v", "direction": "d", "other": "x"},
+            "values": [[100, "1"], [104, "NaN"], [106, "+Inf"], [108, "3"], [112, "9"]]}]
+    out = dashboard.align(res, ("vpc", "direction"), start=100, step=2, points=5)
+    assert out == [{"vpc": "v", "direction": "d", "values": [1.0, None, None, None, 3.0]}]
+
+
+def test_snapshot_without_prometheus_still_shows_gateways_and_migration(store) -> None:
+    store.put(dashboard.MIGRATION_KEY, json.dumps(MIGRATION).encode())
+    doc = dashboard.snapshot(_status(), store, None, None, now=lambda: T0)
+    assert doc["prometheus"]["ok"] is False
+    assert "--prometheus" in doc["prometheus"]["error"]
+    assert [g["name"] for g in doc["gateways"]] == ["gw-a", "gw-b"]
+    assert doc["gateways"][0]["in_sync"] is True and doc["gateways"][1]["in_sync"] is False
+    assert doc["gateways"][1]["bgp"] is None
+    assert doc["migration"]["step"] == 3 and doc["series"]["vpc_bits"] == []
+
+
+def test_snapshot_with_prometheus(store) -> None:
+    prom = FakeProm()
+    doc = dashboard.snapshot(_status(), store, prom, None, window=60, step=2,  # type: ignore[arg-type]
+                             now=lambda: T0 + 1.3)
+    assert doc["prometheus"]["ok"] and doc["time"] == T0  # floored to the step
+    s = doc["series"]
+    assert s["start"] == T0 - 60 and s["points"] == 31
+    bits = {(x["vpc"], x["direction"]): x["values"] for x in s["vpc_bits"]}
+    assert bits[("blue", "to_storage")][-3:] == [8e9, None, 4e9]
+    assert bits[("blue", "to_compute")][-1] == 1e9  # the point after `end` is left out
+    assert dashboard.latest(s["verdicts"]) == [
+        {"verdict": "drop", "reason": "drop_vni_unknown", "value": 12.5}]
+    a, b = doc["gateways"]
+    assert a["bgp"] == {"up": 1, "total": 2, "peers": {"10.0.0.1": True, "10.0.1.1": False}}
+    assert a["bfd"]["up"] == 1 and a["attached"] == {"c0": True, "s0": True}
+    assert a["scraped"] is True and b["scraped"] is False and b["bgp"] is None
+    assert doc["migration"] == {"state": "none"}
+
+
+def test_snapshot_when_prometheus_fails(store) -> None:
+    doc = dashboard.snapshot(_status(), store, FakeProm(fail=True), None,  # type: ignore[arg-type]
+                             now=lambda: T0)
+    assert doc["prometheus"]["ok"] is False and "refused" in doc["prometheus"]["error"]
+    assert doc["series"]["vpc_bits"] == [] and len(doc["gateways"]) == 2
+
+
+def test_window_is_bounded(store) -> None:
+    doc = dashboard.snapshot(_status(), store, None, None, window=10**9, step=2,
+                             now=lambda: T0)
+    assert doc["series"]["points"] == dashboard.MAX_WINDOW // 2 + 1
+
+
+@pytest.mark.parametrize("raw,want", [(b"not json", "unreadable"), (b"[1, 2]", "unreadable"),
+                                      (json.dumps(MIGRATION).encode(), "shifting")])
+def test_migration_record(store, raw: bytes, want: str) -> None:
+    store.put(dashboard.MIGRATION_KEY, raw)
+    assert dashboard.migration(store)["state"] == want
+
+
+def test_charts_lists_only_svg_files(tmp_path: Path) -> None:
+    (tmp_path / "plan.svg").write_text("<svg/>")
+    (tmp_path / "plan.png").write_bytes(b"png")
+    (tmp_path / "dir.svg").mkdir()
+    assert dashboard.charts(tmp_path) == ["plan.svg"]
+    assert dashboard.charts(tmp_path / "missing") == [] and dashboard.charts(None) == []
+
+
+# ---- HTTP ------------------------------------------------------------------------------------
+
+def _api(store: SqliteStore, tmp_path: Path, open_reads: bool = True) -> TestClient:
+    (tmp_path / "charts").mkdir(exist_ok=True)
+    (tmp_path / "charts" / "simulate.svg").write_text("<svg xmlns='http://www.w3.org/2000/svg'/>")
+    (tmp_path / "secret.svg").write_text("<svg/>")
+    return TestClient(create_app(Controller(store), "s3cret", open_reads=open_reads,
+                                 charts_dir=tmp_path / "charts"))
+
+
+def test_dashboard_routes(store, tmp_path: Path) -> None:
+    store.put(dashboard.MIGRATION_KEY, json.dumps(MIGRATION).encode())
+    api = _api(store, tmp_path)
+    page = api.get("/dashboard")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert "default-src 'self'" in page.headers["content-security-policy"]
+    assert api.get("/dashboard/static/dashboard.js").headers["content-type"].startswith(
+        "text/javascript")
+    assert api.get("/dashboard/charts/simulate.svg").status_code == 200
+    for bad in ("/dashboard/static/..%2Fapi.py", "/dashboard/static/dashboard.html",
+                "/dashboard/static/uPlot.LICENSE", "/dashboard/charts/..%2Fsecret.svg",
+                "/dashboard/charts/.hidden.svg", "/dashboard/charts/missing.svg"):
+        assert api.get(bad).status_code == 404, bad
+    assert api.get("/v1/migration").json()["step"] == 3
+    doc = api.get("/v1/dashboard", params={"window": 60}).json()
+    assert doc["charts"] == ["simulate.svg"] and doc["migration"]["state"] == "shifting"
+    assert api.get("/v1/dashboard", params={"step": 0.01}).status_code == 422
+
+
+def test_reads_can_need_the_token(store, tmp_path: Path) -> None:
+    api = _api(store, tmp_path, open_reads=False)
+    for path in ("/v1/status", "/v1/dashboard", "/v1/migration", "/metrics", "/v1/intent",
+                 "/dashboard/charts/simulate.svg", "/openapi.json"):
+        assert api.get(path).status_code == 401, path
+        assert api.get(path, headers=AUTH).status_code in (200, 422), path
+    for path in ("/healthz", "/dashboard", "/dashboard/static/dashboard.js"):
+        assert api.get(path).status_code == 200, path
+    assert api.post("/v1/intent", content="x").status_code == 401  # writes: always
+    open_api = _api(store, tmp_path)
+    assert open_api.get("/v1/dashboard").status_code == 200
+    assert open_api.post("/v1/intent", content="x").status_code == 401
+
+
+def test_controller_metrics(store, tmp_path: Path) -> None:
+    store.put(dashboard.MIGRATION_KEY, json.dumps(MIGRATION).encode())
+    rev = store.revision() + 1  # gw-a reports the revision its own report is written at
+    store.put(STATUS + "gw-a", json.dumps({"revision": rev, "health": "ok"}).encode())
+    text = _api(store, tmp_path).get("/metrics").text
+    assert f"\ncrosszone_desired_revision {rev}.0\n" in text
+    assert f'crosszone_gateway_revision{{gateway="gw-a"}} {rev}.0' in text
+    assert 'crosszone_gateway_health{gateway="gw-b",health="degraded"} 1.0' in text
+    assert 'crosszone_gateway_in_sync{gateway="gw-b"} 0.0' in text
+    assert 'crosszone_gateway_in_sync{gateway="gw-a"} 1.0' in text
+    assert "crosszone_migration_step 3.0" in text
+    assert "crosszone_migration_weight_new_ratio 0.25" in text
+    assert 'crosszone_migration_guard_ok{guard="bfd"} 0.0' in text
+    store.put(dashboard.MIGRATION_KEY, b'{"state": "none"}')
+    assert "crosszone_migration_step" not in _api(store, tmp_path).get("/metrics").text
+
+
+# ---- the shipped page ------------------------------------------------------------------------
+
+class _Refs(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.refs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.refs += [v for k, v in attrs if k in ("src", "href") and v]
+
+
+def test_page_loads_only_shipped_assets() -> None:
+    parser = _Refs()
+    parser.feed((STATIC / "dashboard.html").read_text())
+    assert parser.refs, "the page references its scripts and styles"
+    for ref in parser.refs:
+        if ref == "data:,":
+            continue  # the empty favicon: keeps the browser from asking for /favicon.ico
+        assert ref.startswith("/dashboard/static/"), ref
+        assert (STATIC / ref.removeprefix("/dashboard/static/")).is_file(), ref
+    script = (STATIC / "dashboard.js").read_text()
+    assert not re.search(r"https?://", script) and "fetch(`/v1/dashboard" in script
+    assert "innerHTML" not in script  # data goes in with textContent only
+
+
+def test_vendored_chart_library_is_the_recorded_release() -> None:
+    import hashlib
+
+    notes = (STATIC / "VENDOR.md").read_text()
+    for name in ("uPlot.iife.min.js", "uPlot.min.css"):
+        digest = hashlib.sha256((STATIC / name).read_bytes()).hexdigest()
+        assert f"{digest}  {name}" in notes, f"{name} differs from the release VENDOR.md names"
+
+
+# ---- crosszone top ---------------------------------------------------------------------------
+
+def test_top_renders_the_figures(store) -> None:
+    store.put(dashboard.MIGRATION_KEY, json.dumps(MIGRATION).encode())
+    doc = dashboard.snapshot(_status(), store, FakeProm(), None,  # type: ignore[arg-type]
+                             now=lambda: T0)
+    console = Console(record=True, width=160)
+    console.print(top.render(doc))
+    out = console.export_text()
+    out = re.sub(r"[\s│]+", " ", out)  # cells apart by one space
+    assert "blue 4.000 1.000 350,000 -" in out
+    assert "drop drop_vni_unknown 12.5" in out
+    assert "gw-a ok 6 1/2 up 1/1 up attached (c0, s0)" in out
+    assert "3 (behind)" in out and "step 3" in out and "25 %" in out and "TRIPPED" in out
+
+
+@pytest.mark.parametrize("record", [
+    {"state": "shifting", "step": "two", "weight_new": "half", "guards": 7, "history": "x"},
+    {"state": "shifting", "step": True, "weight_new": 9.0, "guards": [1, {"ok": True}]},
+])
+def test_an_odd_migration_record_breaks_nothing(store, tmp_path: Path, record) -> None:
+    store.put(dashboard.MIGRATION_KEY, json.dumps(record).encode())
+    api = _api(store, tmp_path)
+    text = api.get("/metrics").text
+    assert api.get("/metrics").status_code == 200 and "crosszone_migration_step" not in text
+    doc = api.get("/v1/dashboard").json()
+    assert doc["migration"]["state"] == "shifting"
+    console = Console(record=True, width=160)
+    console.print(top.render(doc))
+    assert "migration: shifting" in console.export_text()
+
+
+def test_migration_route_steps_aside_for_the_engines_own(store) -> None:
+    from fastapi import FastAPI
+
+    from crosszone.control.dashboard_routes import add_dashboard
+
+    app = FastAPI()
+
+    @app.get("/v1/migration")
+    def engine_view() -> dict[str, Any]:
+        return {"state": "engine"}
+
+    add_dashboard(app, Controller(store), None, None)
+    assert [getattr(r, "path", "") for r in app.routes].count("/v1/migration") == 1
+    assert TestClient(app).get("/v1/migration").json() == {"state": "engine"}
+
+
+@pytest.mark.parametrize("applied,desired,want", [(5, 5, True), (9, 5, True), (4, 5, False),
+                                                  (None, 5, False), ("5", 5, False),
+                                                  (5, None, False)])
+def test_in_sync(applied, desired, want) -> None:
+    assert dashboard.in_sync(applied, desired) is want

@@ -1,0 +1,155 @@
+"""The traffic policy in the emulator without root: the queues' tc commands (golden), the
+legacy gateway's marking rules, the crosszone intent's policy block, the topology's checks.
+
+Regenerate the golden files after an intended change:
+CZ_UPDATE_GOLDEN=1 pytest tests/unit/test_emulate_queues.py
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tests.unit.test_emulate_frr import _golden
+
+from crosszone.abi.objects import BUILD_DIR
+from crosszone.emulate import control_plane, legacy_gateway, policy, queues, topology
+from crosszone.intent.cluster import parse_cluster
+from crosszone.linux.netns import Cmd
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "two-zone-policy.yaml"
+
+
+def _raw(**changes: Any) -> dict[str, Any]:
+    raw: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    raw.update(changes)
+    return raw
+
+
+def _plan(**changes: Any) -> topology.Plan:
+    return topology.plan(topology.parse(_raw(**changes)))
+
+
+def _text(ops: list[Cmd]) -> str:
+    return "\n".join(str(op) for op in ops).replace(str(BUILD_DIR), "<build>") + "\n"
+
+
+def test_queue_commands_golden() -> None:
+    _golden("queues.tc", _text(queues.plan_ops(_plan())))
+
+
+def test_legacy_ruleset_with_policy_golden() -> None:
+    p = _plan(policy={"enabled": True, "elephant_bytes": 2097152})
+    _golden("legacy-policy.nft", legacy_gateway.nft_ruleset(p))
+
+
+def test_constants_mirror_the_c_header() -> None:
+    header = (ROOT / "src/crosszone/fastpath/bpf/tc_queue.h").read_text()
+    found = dict(re.findall(r"#define (CZ_QUEUE_\w+)\s+(\w+)", header))
+    assert int(found["CZ_QUEUE_MAJOR"], 0) == queues.QUEUE_MAJOR
+    assert int(found["CZ_QUEUE_DSCP_BASE"], 0) == queues.QUEUE_DSCP_BASE
+    assert queues.class_minor(63) < queues.DEFAULT_MINOR
+
+
+def test_every_shaped_port_gets_three_classes_and_the_classifier() -> None:
+    p = _plan(queues={"rate_mbit": 50, "links": ["hosts", "storage", "gateways"]})
+    ports = queues.ports(p)
+    assert len(ports) == len(p.hosts) + len(p.storage_nodes) + 2 * len(p.gateways)
+    text = _text(queues.plan_ops(p))
+    for ns, dev in ports:
+        mine = [ln for ln in text.splitlines() if ln.startswith(f"ip netns exec {ns} ")
+                and f" dev {dev} " in ln]
+        assert sum(" htb rate " in ln for ln in mine) == 4  # root + three classes
+        assert sum(" bfifo " in ln for ln in mine) == 3
+        assert sum(" bpf obj " in ln for ln in mine) == 1
+
+
+def test_only_chosen_links_are_shaped() -> None:
+    p = _plan(queues={"rate_mbit": 100, "links": ["storage"]})
+    assert {ns for ns, _ in queues.ports(p)} == {p.storage_router_ns}
+    assert queues.plan_ops(_plan(queues=None)) == []
+
+
+def test_class_rates_add_up_to_the_link() -> None:
+    for rate in (1, 7, 100, 100_000):
+        small, default, bulk = queues.class_rates_kbit(rate)
+        assert small + default + bulk == rate * 1000
+        assert small > default > 0 and default >= bulk > 0
+
+
+def test_small_and_bulk_classes_follow_the_policy_dscp() -> None:
+    p = _plan(policy={"small_dscp": 34, "bulk_dscp": 8})
+    text = _text(queues.plan_ops(p))
+    assert "classid 1:122 htb" in text and " prio 0 " in text  # 0x100 + 34
+    assert "classid 1:108 htb" in text  # 0x100 + 8
+    assert "classid 1:12e" not in text
+    with pytest.raises(ValueError):
+        queues.class_minor(64)
+    with pytest.raises(ValueError):
+        queues.port_ops("ns", "dev", queues.QueueSpec(rate_mbit=1), 10, 10)
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"queues": {"rate_mbit": 0}}, "queues.rate_mbit"),
+    ({"queues": {"rate_mbit": 100, "links": ["routers"]}}, "queues.links"),
+    ({"queues": {"rate_mbit": 100, "links": []}}, "queues.links"),
+    ({"queues": {"rate_mbit": 100, "burst": 3}}, "queues.burst"),
+    ({"queues": {"rate_mbit": 100, "limit_kbytes": 1}}, "queues.limit_kbytes"),
+    ({"policy": {"small_dscp": 64}}, "policy.small_dscp"),
+    ({"policy": {"enabled": "yes"}}, "policy.enabled"),
+    ({"policy": {"colour": 1}}, "policy.colour"),
+    ({"policy": {"small_dscp": 10, "bulk_dscp": 10}}, "small_dscp and bulk_dscp"),
+])
+def test_bad_queue_and_policy_settings_are_rejected(changes: dict[str, Any], field: str) -> None:
+    with pytest.raises(topology.TopologyError, match=re.escape(field)):
+        topology.parse(_raw(**changes), source="t.yaml")
+
+
+def test_legacy_without_policy_tracks_nothing_and_marks_nothing() -> None:
+    text = legacy_gateway.nft_ruleset(_plan())
+    assert "ct " not in text and "dscp" not in text
+    assert text.count("notrack") == 4
+
+
+def test_legacy_policy_marks_by_flow_bytes_and_leaves_syn_untracked() -> None:
+    p = _plan(policy={"enabled": True, "elephant_bytes": 12345, "small_dscp": 40,
+                      "bulk_dscp": 2})
+    lines = legacy_gateway.nft_ruleset(p).splitlines()
+    assert "    ct bytes < 12345 ip dscp set 40" in lines
+    assert "    ct bytes >= 12345 ip dscp set 2" in lines
+    for v, vpc in enumerate(p.spec.vpcs, start=1):
+        dev = f'iifname "vx-{vpc.name}"'
+        rules = [ln for ln in lines if dev in ln and "saddr set" in ln]
+        # The SYN rule first: after it rewrote the source the general rule no longer matches.
+        assert len(rules) == 2 and "tcp flags" in rules[0] and rules[0].endswith("notrack")
+        assert rules[1].endswith(f"ct zone set {v}")
+    ops = [str(op) for op in legacy_gateway.policy_ops(p, p.gateways[0])]
+    assert any("nf_conntrack_acct=1" in op for op in ops)
+
+
+def test_crosszone_intent_carries_the_policy() -> None:
+    p = _plan(policy={"enabled": True, "elephant_bytes": 4096, "small_dscp": 46,
+                      "bulk_dscp": 8, "flowlet_gap_us": 200})
+    cluster = parse_cluster(yaml.safe_dump(control_plane.cluster_intent(p)))
+    assert cluster.policy.elephant_bytes == 4096
+    assert cluster.policy.bulk_dscp == 8 and cluster.policy.flowlet_gap_us == 200
+    if "enabled" in type(cluster.policy).model_fields:
+        assert cluster.policy.enabled is True
+
+
+def test_policy_switch_reloads_every_legacy_gateway() -> None:
+    p = _plan()
+    on = policy.with_policy(p, True)
+    assert on.spec.policy.enabled and not p.spec.policy.enabled
+    assert on.spec.policy.elephant_bytes == p.spec.policy.elephant_bytes
+    ops = [str(op) for op in policy.legacy_ops(on)]
+    assert sum("nft -f -" in op for op in ops) == len(on.gateways_of("legacy"))
+    assert all(any(g.ns in op for op in ops) for g in on.gateways_of("legacy"))
+    off_ops = policy.legacy_ops(p)
+    assert not any("conntrack" in str(op) for op in off_ops)

@@ -267,6 +267,7 @@ class EmulatorDriver:
         v6 = any(":" in x for x in to_storage)
         t0 = self.clock()
         announce = frr.prefix_commands(to_compute, to_storage, False)
+        expect: dict[str, tuple[set[str], float | None]]
         if weight_new == 0:
             # Back to the source alone: undrained and unweighted first, then the target leaves.
             self.configure(src, frr.weight_commands(None, False, v6) + announce)

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,12 +149,15 @@ def _live_table(progress: dict[str, dict[str, Any]], elapsed: float, duration: f
 def run(targets: Targets, duration: float = 15.0, loaders: int = 2,
         console: Console | None = None, warmup: float = 0.0, bulk: bool = True,
         loaders_for: dict[str, int] | None = None,
-        small_apart: bool = False) -> WorkloadResult:
+        small_apart: bool = False,
+        on_progress: Callable[[str, dict[str, Any]], None] | None = None) -> WorkloadResult:
     """Run the workers of every endpoint, show progress, return the merged result.
 
     Small requests of the first `warmup` seconds are untimed; without `bulk`, small requests
     only; `loaders_for`: range readers of some endpoints, by name (a greedy tenant's); with
-    `small_apart`, each endpoint's small requests run in a process of their own (ROLES)."""
+    `small_apart`, each endpoint's small requests run in a process of their own (ROLES);
+    `on_progress` sees every progress line as it arrives (a benchmark attributes errors to time
+    with it)."""
     console = console or Console()
     more = loaders_for or {}
     roles = ["all"] if bulk and not small_apart else (["bulk", "small"] if bulk else ["small"])
@@ -173,6 +177,8 @@ def run(targets: Targets, duration: float = 15.0, loaders: int = 2,
                 doc = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if on_progress is not None:
+                on_progress(name, doc)
             with lock:
                 if doc.get("type") == "result":
                     results[name] = doc

@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "crosszone.agent.commands",
     "crosszone.control.commands",
     "crosszone.emulate.commands",
+    "crosszone.emulate.migrate_commands",
     "crosszone.plan.commands",
     "crosszone.bench.commands",
     "crosszone.demo",

@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("store",),
     ("fastpath",),
     ("agent",),
+    ("migrate",),
     ("control",),
     ("workload",),
     ("emulate",),

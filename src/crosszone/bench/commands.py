@@ -296,6 +296,32 @@ def bench_switches(
                               cli=[crosszone_gateway.crosszone_bin()], step=p.step)
 
 
+def bench_migrate(
+    as_json: bool = typer.Option(True, "--json/--no-json", help="JSON lines (the only format)."),
+    steps: str = typer.Option("1,10,25,50,100", "--steps"),
+    dwell: str = typer.Option("8s", "--dwell", help="dwell per step (and canary, and drain)"),
+    pps: float = typer.Option(2000.0, "--pps", min=100, help="UDP probe, per family"),
+    flows: int = typer.Option(16, "--flows", min=1, max=1024, help="UDP flows per family"),
+    down: bool = typer.Option(True, "--down/--keep", help="take the deployment down after"),
+    chart: Path | None = typer.Option(None, "--chart", help="PNG: weight and traffic per "
+                                      "gateway kind over the run (docs/img/migrate.png)"),
+) -> None:
+    """Migration legacy -> crosszone and back under the workload and a UDP probe: one line per
+    step (lost, failed requests, gap, converge_ms), then a summary."""
+    from crosszone.bench.migrate import run_bench
+    from crosszone.emulate import deploy
+    from crosszone.linux import netns
+    from crosszone.migrate.plan import parse_dwell, parse_steps
+
+    _need_root("the emulator creates network namespaces")
+    try:
+        run_bench(parse_steps(steps), parse_dwell(dwell), pps, flows,
+                  emit=lambda s: (sys.stdout.write(s + "\n"), sys.stdout.flush()), chart=chart)
+    finally:
+        if down:
+            deploy.down(netns.Executor(), log=lambda _m: None)
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add every benchmark to `crosszone bench`."""
     bench_app.command("fastpath")(bench_fastpath)
@@ -306,3 +332,4 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     bench_app.command("fairness")(bench_fairness)
     bench_app.command("failover")(bench_failover)
     bench_app.command("switches")(bench_switches)
+    bench_app.command("migrate")(bench_migrate)

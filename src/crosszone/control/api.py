@@ -8,7 +8,8 @@ field), and nothing is written.
     GET  /v1/intent                                      -> the desired state (version 2)
     POST /v1/pools/{pool}/prefixes?dry_run=  {add, remove}  -> revision
     GET  /v1/status                                      -> desired revision, each gateway's report
-    GET  /v1/migration                                   -> the migration record (store key)
+    GET  /v1/migration                                   -> the migration state (docs/migrate.md)
+    POST /v1/migration/{start|pause|resume|rollback|finish}  -> the command, queued for the runner
     GET  /v1/dashboard?window=&step=                     -> what the dashboard draws
     GET  /metrics                                        -> the controller's Prometheus metrics
     GET  /dashboard, /dashboard/static/*, /dashboard/charts/*.svg   -> the live dashboard
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,8 @@ from starlette.concurrency import run_in_threadpool
 from crosszone.control.dashboard_routes import add_dashboard
 from crosszone.control.service import Controller
 from crosszone.intent.errors import InvalidIntentError
+from crosszone.migrate import engine as migration
+from crosszone.migrate.plan import Plan
 from crosszone.store.store import StoreUnavailable
 
 # Measured with bench.control.synthetic: 1M routes + 100k compact hosts are 26.4 MB of YAML
@@ -213,6 +217,37 @@ def create_app(controller: Controller, token: str, max_body: int = DEFAULT_MAX_B
     def status() -> dict[str, Any]:
         """Desired revision and every gateway's report (revision applied, health, counters)."""
         return _guard(controller.status)
+
+    @app.get("/v1/migration")
+    def migration_status() -> dict[str, Any]:
+        """The migration: state, step, weight_new, history, guards, runner heartbeat."""
+        return _guard(lambda: migration.status(controller.store))
+
+    @app.post("/v1/migration/{op}")
+    async def migration_op(op: str, request: Request) -> dict[str, Any]:
+        """Queue an operation for the migration runner (start takes the plan as JSON).
+
+        The controller holds no driver: the runner (`crosszone migrate start|resume|run`)
+        performs the command at its next tick; `runner_alive` says whether one is attached."""
+        body = await request.body()
+
+        def work() -> dict[str, Any]:
+            plan = None
+            if op == "start":
+                try:
+                    plan = Plan.from_json(json.loads(body or b"{}") or Plan().to_json())
+                except (ValueError, TypeError, KeyError) as exc:
+                    raise HTTPException(422, f"start needs a plan (JSON): {exc}") from None
+            try:
+                migration.submit(controller.store, op, plan=plan, reason="controller API")
+            except migration.MigrationError as exc:
+                raise HTTPException(409 if op in migration.OPS else 404, str(exc)) from None
+            doc = migration.status(controller.store)
+            doc["queued"] = op
+            doc["runner_alive"] = migration.runner_alive(controller.store, time.time())
+            return doc
+
+        return await run_in_threadpool(_guard, work)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:

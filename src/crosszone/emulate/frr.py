@@ -298,20 +298,7 @@ def vtysh(ns: str, *commands: str) -> Cmd:
 
 
 def _network_ops(p: Plan, gw: Gateway, negate: bool) -> list[Op]:
-    to_compute, to_storage = gateway_prefixes(p)
-    # Storage-facing first on announce, anycast first on withdraw: replies have a path before
-    # requests arrive, and requests stop before replies lose theirs.
-    order = to_storage + to_compute if not negate else to_compute + to_storage
-    no = "no " if negate else ""
-    v4 = [f"{no}network {n}" for n in order if not _v6(n)]
-    v6 = [f"{no}network {n}" for n in order if _v6(n)]
-    cmds = ["configure terminal", f"router bgp {GATEWAY_AS}", "address-family ipv4 unicast", *v4]
-    if v6:
-        cmds += ["exit-address-family", "address-family ipv6 unicast", *v6]
-    op = vtysh(gw.ns, *cmds)
-    # vtysh fails on `no network X` when X is not configured: withdrawing twice is fine, and
-    # callers verify the outcome in the routers' tables anyway.
-    return [Cmd(op.argv, check=not negate)]
+    return prefix_ops(gw, *gateway_prefixes(p), negate=negate)
 
 
 def announce_ops(p: Plan, gw: Gateway) -> list[Op]:
@@ -359,11 +346,79 @@ def kernel_nexthops(route_json: str) -> set[str]:
     The kernel's table, not zebra's RIB, is what forwards: zebra marks a route selected before
     its dataplane thread has installed the nexthop group, so make-before-break waits for this.
     """
+    return set(kernel_weights(route_json))
+
+
+# ---- weighted migration (crosszone migrate) ----------------------------------------------------
+
+def prefix_commands(to_compute: list[str], to_storage: list[str], negate: bool) -> list[str]:
+    """bgpd configuration commands that announce (or withdraw) some of a gateway's prefixes
+    through `network` statements."""
+    # Storage-facing first on announce, anycast first on withdraw: replies have a path before
+    # requests arrive, and requests stop before replies lose theirs.
+    order = to_storage + to_compute if not negate else to_compute + to_storage
+    no = "no " if negate else ""
+    v4 = [f"{no}network {n}" for n in order if not _v6(n)]
+    v6 = [f"{no}network {n}" for n in order if _v6(n)]
+    cmds = ["configure terminal", f"router bgp {GATEWAY_AS}"]
+    if v4:
+        cmds += ["address-family ipv4 unicast", *v4, "exit-address-family"]
+    if v6:
+        cmds += ["address-family ipv6 unicast", *v6, "exit-address-family"]
+    return [*cmds, "end"]
+
+
+def prefix_ops(gw: Gateway, to_compute: list[str], to_storage: list[str], negate: bool
+               ) -> list[Op]:
+    """prefix_commands through vtysh."""
+    op = vtysh(gw.ns, *prefix_commands(to_compute, to_storage, negate))
+    # vtysh fails on `no network X` when X is not configured: withdrawing twice is fine, and
+    # callers verify the outcome in the routers' tables anyway.
+    return [Cmd(op.argv, check=not negate)]
+
+
+#: Link-bandwidth units per percent of traffic: FRR takes 1..25600 Mbps per path and weighs
+#: each next hop by its share of the total, so 100 % spread over up to 8 gateways of a kind
+#: stays an integer >= 1 per gateway.
+BW_PER_PERCENT = 200
+
+
+def link_bandwidth(percent: float, gateways: int) -> int:
+    """The link-bandwidth value (Mbps) each of `gateways` gateways announces to carry
+    `percent` of the traffic between them."""
+    return max(1, min(25600, round(percent * BW_PER_PERCENT / max(1, gateways))))
+
+
+def weight_commands(bandwidth: int | None, drain: bool, v6: bool) -> list[str]:
+    """bgpd commands that set what a gateway attaches to its announcements: the BGP
+    link-bandwidth extended community (draft-ietf-idr-link-bandwidth, RFC 10005; None: none,
+    plain ECMP) that the routers turn into next-hop weights, and the graceful-shutdown community
+    (RFC 8326) that drains it: an FRR receiver lowers an eBGP path carrying it to local
+    preference 0, so the routers keep the gateway's routes as backup but send it nothing while
+    another gateway announces. `clear ... soft out` re-sends the routes at once: FRR otherwise
+    applies a route-map change after its 5 s route-map delay timer."""
+    bw = f"set extcommunity bandwidth {bandwidth}" if bandwidth else "no set extcommunity bandwidth"
+    cmds = ["configure terminal",
+            "route-map TO-COMPUTE permit 10", bw, "exit",
+            "route-map TO-STORAGE permit 10", bw, "exit"]
+    if v6:
+        cmds += ["route-map TO-STORAGE permit 20", bw, "exit"]
+    cmds += [f"router bgp {GATEWAY_AS}",
+             "bgp graceful-shutdown" if drain else "no bgp graceful-shutdown", "end",
+             "clear bgp ipv4 unicast * soft out"]
+    if v6:
+        cmds.append("clear bgp ipv6 unicast * soft out")
+    return cmds
+
+
+def kernel_weights(route_json: str) -> dict[str, int]:
+    """Device -> weight of the live next hops in `ip -j -d route show exact PREFIX` (a route
+    with one next hop has weight 1)."""
     try:
         data = json.loads(route_json or "[]")
     except json.JSONDecodeError:
-        return set()
-    hops: set[str] = set()
+        return {}
+    out: dict[str, int] = {}
     for route in data if isinstance(data, list) else []:
         if route.get("type", "unicast") != "unicast":
             continue
@@ -371,5 +426,5 @@ def kernel_nexthops(route_json: str) -> set[str]:
             flags = nh.get("flags") or []
             if "gateway" in nh and "dev" in nh and "dead" not in flags \
                     and "linkdown" not in flags:
-                hops.add(str(nh["dev"]))
-    return hops
+                out[str(nh["dev"])] = int(nh.get("weight", 1))
+    return out

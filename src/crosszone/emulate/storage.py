@@ -74,6 +74,12 @@ http {{
 """
 
 
+def meta_document(p: Plan, node: StorageNode, index: int) -> str:
+    """The metadata document of shard `index` on `node`: known content that probes compare."""
+    size = p.spec.storage.shard_size_mib * 1024 * 1024
+    return json.dumps({"shard": index, "bytes": size, "node": node.name, "format": "raw"})
+
+
 def plan_node(p: Plan, node: StorageNode) -> list[Op]:
     """Dataset, metadata and a running nginx in the node's namespace."""
     d = node_dir(node)
@@ -90,8 +96,8 @@ def plan_node(p: Plan, node: StorageNode) -> list[Op]:
     for i in range(spec.shards):
         path = d / "data" / "dataset" / shard_name(i)
         ops.append(Cmd(("truncate", "-s", str(size), str(path))))
-        meta = {"shard": i, "bytes": size, "node": node.name, "format": "raw"}
-        ops.append(WriteFile(d / "data" / "meta" / f"shard-{i:05d}.json", json.dumps(meta)))
+        ops.append(WriteFile(d / "data" / "meta" / f"shard-{i:05d}.json",
+                             meta_document(p, node, i)))
     ops.append(in_ns(node.ns, "nginx", "-p", str(d), "-e", str(d / "error.log"),
                      "-c", str(d / "nginx.conf")))
     return ops

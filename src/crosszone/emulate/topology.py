@@ -148,14 +148,6 @@ class BfdSpec(_Strict):
     multiplier: int = Field(default=5, ge=2, le=255)
 
 
-class PolicySpec(Policy):
-    """The traffic policy of every gateway in the emulation: the intent's `policy` block
-    (docs/policy.md) for the crosszone gateways, the legacy gateways' nftables marking from the
-    same values. `enabled` off: nothing is marked, every queue is one FIFO."""
-
-    enabled: bool = False
-
-
 class TopologySpec(_Strict):
     """The YAML document."""
 
@@ -172,7 +164,9 @@ class TopologySpec(_Strict):
     underlay_mtu: int = Field(default=UNDERLAY_MTU, ge=1330, le=9000)
     # Rate-limited priority queues at the bottleneck ports (emulate/queues.py); none by default.
     queues: QueueSpec | None = None
-    policy: PolicySpec = PolicySpec()
+    # The traffic policy of every gateway: the intent's `policy` block for the crosszone
+    # gateways, the legacy gateways' nftables marking from the same values (docs/policy.md).
+    policy: Policy = Policy()
 
     @field_validator("vpcs")
     @classmethod

@@ -1,0 +1,232 @@
+"""`crosszone bench migrate`: a whole migration under load, measured to the datagram.
+
+On the migration topology (examples/migrate.yaml) the benchmark runs, all at once:
+
+- the training workload on every production endpoint of every host (range reads, checkpoint
+  writes, small requests), its failed requests attributed to the second they were seen;
+- a sequence-numbered UDP probe, `--pps` datagrams per second per family over `--flows` flows
+  per family, IPv4 and IPv6, from a compute endpoint to a storage node and back, every lost
+  datagram attributed to the step during which it was sent, by direction;
+- a migration legacy -> crosszone (canary, the steps, finish: drain and retire), then the way
+  back, crosszone -> legacy, by the same engine and driver as `crosszone migrate`.
+
+One JSON line per step: `{"migration", "step", "weight_new", "lost", "lost_to_storage",
+"lost_to_compute", "failed_requests", "max_gap_ms", "converge_ms", "announce_ms"}`, where
+converge_ms runs from the first announcement command of the step until both routers' kernels
+hold its weights (netlink), and announce_ms is the part spent sending the commands. Then a
+summary line with the totals, the TCP resets counted in every endpoint and storage namespace,
+and the conditions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from crosszone.abi.objects import ROOT
+from crosszone.bench.failover import start_probe
+from crosszone.bench.migrate_chart import Sampler, draw
+from crosszone.emulate import deploy, topology
+from crosszone.emulate.migration import EmulatorDriver
+from crosszone.emulate.topology import workload_targets
+from crosszone.linux import netns
+from crosszone.migrate import engine as eng
+from crosszone.migrate.plan import GUARD_DOCS, Plan
+from crosszone.store.sqlite_store import SqliteStore
+from crosszone.workload import runner
+from crosszone.workload.runner import Targets
+from crosszone.workload.udp_probe import Record, analyse
+
+TOPOLOGY = ROOT / "examples" / "migrate.yaml"
+STEP_EVENTS = ("step", "rollback_step", "rollback")
+
+
+@dataclass
+class Moves(EmulatorDriver):
+    """The emulator driver, keeping every weight move's timing for the step lines."""
+
+    moves: list[dict[str, float]] = field(default_factory=list)
+
+    def set_weight(self, plan: Plan, weight_new: int) -> float:
+        """Move, then keep the timing with the wall-clock time of the move."""
+        t = time.time()
+        ms = super().set_weight(plan, weight_new)
+        self.moves.append({"t": t, **self.last_move})
+        return ms
+
+
+def _tcp_resets(namespaces: list[str]) -> int:
+    """Tcp EstabResets + OutRsts summed over namespaces (/proc/net/snmp)."""
+    total = 0
+    for ns in namespaces:
+        out = subprocess.run(["ip", "netns", "exec", ns, "cat", "/proc/net/snmp"],
+                             capture_output=True, text=True, check=False).stdout.splitlines()
+        for i, line in enumerate(out):
+            if line.startswith("Tcp: RtoAlgorithm") and i + 1 < len(out):
+                row = dict(zip(line.split(), out[i + 1].split(), strict=False))
+                total += int(row.get("EstabResets", 0)) + int(row.get("OutRsts", 0))
+    return total
+
+
+def _estimate_s(plan: Plan) -> float:
+    """How long one migration takes (dwells, plus about a tick and a move per phase)."""
+    return plan.canary_dwell_s + len(plan.steps) * (plan.dwell_s + 1.5) + plan.dwell_s + 8
+
+
+def _migrate(store: SqliteStore, driver: Moves, plan: Plan, log: Callable[[str], None]
+             ) -> tuple[str, list[dict[str, Any]]]:
+    """One migration to the end (finish included): its final state and its history. A guard
+    that rolled it back is a result, not an error: the lines say where and why."""
+    e = eng.Engine(store, driver, tick_s=1.0, log=log)
+    e.start(plan)
+    st = e.run(stop=lambda s: s.state in eng.FINAL or s.state in ("shifted", "paused"))
+    if st.state == "shifted":
+        e.apply("finish", reason="bench")
+        st = e.run()
+    elif st.state == "paused":
+        e.apply("rollback", reason=f"bench: {st.reason}")
+    return e.state.state, list(e.events)
+
+
+def lost_in(records: dict[str, tuple[Record, Record]], interval_ns: int, flows: int,
+            t0: float, t1: float) -> dict[str, Any]:
+    """What the probe lost of the datagrams sent in [t0, t1) (seconds), per direction."""
+    out = {"lost": 0, "lost_to_storage": 0, "lost_to_compute": 0, "max_gap_ms": 0.0}
+    until = None if t1 == float("inf") else int(t1 * 1e9)
+    for name, (sent, recv) in records.items():
+        a = analyse(sent, recv, interval_ns, flows, int(t0 * 1e9), until)
+        out["lost"] += a.lost
+        out["lost_to_storage" if name.startswith("to_storage") else "lost_to_compute"] += a.lost
+        if a.longest is not None:
+            out["max_gap_ms"] = max(out["max_gap_ms"], round(a.longest.window_ms, 1))
+    return out
+
+
+def step_lines(events: list[dict[str, Any]], moves: list[dict[str, float]],
+               records: dict[str, tuple[Record, Record]], interval_ns: int, flows: int,
+               errors: list[tuple[float, int]], label: str) -> list[dict[str, Any]]:
+    """One line per weight move: what was lost and failed from its announcement to the next."""
+    marks = [ev for ev in events if ev["event"] in STEP_EVENTS]
+    ends = [ev["t"] for ev in events if ev["event"] in STEP_EVENTS + ("finished",)][1:]
+    out = []
+    for i, ev in enumerate(marks):
+        move = moves[i] if i < len(moves) else {}
+        t0 = move.get("t", ev["t"])
+        t1 = ends[i] if i < len(ends) else float("inf")
+        out.append({"migration": label, "step": ev["step"], "weight_new": ev["weight_new"],
+                    **lost_in(records, interval_ns, flows, t0, t1),
+                    "failed_requests": sum(n for t, n in errors if t0 <= t < t1),
+                    "converge_ms": move.get("converge_ms"),
+                    "announce_ms": move.get("announce_ms")})
+    return out
+
+
+def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
+              emit: Callable[[str], None], topology_file: Path = TOPOLOGY,
+              latency_factor: float = 10.0, chart: Path | None = None) -> dict[str, Any]:
+    """Bring the deployment up, run both migrations under load, emit the lines; returns the
+    summary (and draws the weight/traffic chart to `chart`)."""
+    console = Console(stderr=True)
+    spec = topology.load(topology_file)
+    dep = deploy.Deployment(topology.plan(spec), netns.Executor(), topology_path=str(topology_file))
+    dep.up(log=lambda m: console.print(f"[cyan]up[/cyan] {m}"))
+    p = dep.plan
+    canary = spec.vpcs[-1].name
+    limits = {k: v[0] for k, v in GUARD_DOCS.items()} | {
+        "canary_errors": 0.0, "canary_latency_factor": latency_factor,
+        "small_p99_factor": latency_factor}
+    plans = [Plan(source=a, target=b, canary=canary, steps=steps, dwell_s=dwell_s,
+                  canary_dwell_s=dwell_s, limits=limits)
+             for a, b in (("legacy", "crosszone"), ("crosszone", "legacy"))]
+    prod = [e for e in p.endpoints if e.vpc.name != canary]
+    full = workload_targets(p)
+    targets = Targets(endpoints=tuple(w for w in full.endpoints
+                                      if any(w.ns == e.ns for e in prod)),
+                      servers=full.servers, shards=full.shards,
+                      shard_size_mib=full.shard_size_mib,
+                      checkpoint_max_mib=full.checkpoint_max_mib)
+    namespaces = [e.ns for e in prod] + [n.ns for n in p.storage_nodes]
+    resets0 = _tcp_resets(namespaces)
+    errors: list[tuple[float, int]] = []
+    last: dict[str, int] = {}
+
+    def on_progress(name: str, doc: dict[str, Any]) -> None:
+        n = int(doc.get("errors", 0))
+        if n > last.get(name, 0):
+            errors.append((time.time(), n - last.get(name, 0)))
+        last[name] = n
+
+    duration = sum(_estimate_s(pl) for pl in plans) + 15
+    workdir = Path(tempfile.mkdtemp(prefix="czmigrate-probe-"))
+    udp = start_probe(p, prod[0], p.storage_nodes[0], pps, flows, workdir,
+                      max_s=duration + 120)
+    result: dict[str, Any] = {}
+    wl = threading.Thread(target=lambda: result.setdefault("w", runner.run(
+        targets, duration=duration, console=Console(file=open(os.devnull, "w")),  # noqa: SIM115
+        on_progress=on_progress)), daemon=True)
+    wl.start()
+    time.sleep(3.0)  # the workload's connections are up before anything moves
+    store = SqliteStore(str(topology.RUN_DIR / "bench-migrate.db"), poll_s=0.01)
+    lines: list[dict[str, Any]] = []
+    t_start = time.time()
+    histories = []
+    outcomes: list[str] = []
+    sampler = Sampler(dep)
+    sampler.start()
+    try:
+        for pl in plans:
+            driver = Moves(dep, log=lambda m: console.print(m))
+            try:
+                final, events = _migrate(store, driver, pl, log=lambda m: console.print(m))
+            finally:
+                driver.close()
+            histories.append((pl, events, driver.moves))
+            outcomes.append(f"{pl.source}->{pl.target}: {final}")
+            if final != "finished":
+                break
+        total_s = time.time() - t_start
+        wl.join(timeout=duration + 60)
+    finally:
+        sampler.halt.set()
+        records = udp.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    if chart is not None:
+        draw(sampler.rows, [(m["t"], f"{pl.source}->{pl.target}", int(m["weight_new"]))
+                            for pl, _e, moves in histories for m in moves], t_start, chart)
+    interval_ns = int(1e9 / pps)
+    for pl, events, moves in histories:
+        for line in step_lines(events, moves, records, interval_ns, flows, errors,
+                               f"{pl.source}->{pl.target}"):
+            lines.append(line)
+            emit(json.dumps(line))
+    w = result.get("w")
+    total = lost_in(records, interval_ns, flows, 0.0, float("inf"))
+    summary = {
+        "summary": True, "migrations": outcomes, **total,
+        "failed_requests": w.errors if w is not None else None,
+        "total_s": round(total_s, 1),
+        "tcp_resets": _tcp_resets(namespaces) - resets0,
+        "converge_ms_max": max((x["converge_ms"] or 0) for x in lines) if lines else None,
+        "probe": {"sent": sum(len(sent.seq) for sent, _r in records.values()),
+                  "pps_per_family_each_way": pps, "flows_per_family_each_way": flows,
+                  "streams": sorted(records)},
+        "workload": w.to_json() if w is not None else None,
+        "conditions": {"kernel": platform.release(), "cpus": os.cpu_count(),
+                       "load1": round(os.getloadavg()[0], 2), "steps": list(steps),
+                       "dwell_s": dwell_s, "latency_factor_limit": latency_factor,
+                       "topology": topology_file.name},
+    }
+    emit(json.dumps(summary))
+    return summary

@@ -1,0 +1,1 @@
+"""Migration from legacy gateways to crosszone gateways under live traffic (`crosszone migrate`)."""

@@ -1,0 +1,224 @@
+"""`crosszone migrate` on the emulated deployment, under a sequence-numbered UDP probe.
+
+A full migration legacy -> crosszone and the rollback; a guard breach (a new gateway drops one
+VPC's traffic) that rolls the migration back by itself; a runner killed with SIGKILL at a random
+step and `resume`; and two migrations that must refuse to start (maps that differ from the
+intent, a BGP session down) without changing anything. Bounds are loose: the benchmark
+(`crosszone bench migrate`) carries the precise figures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from crosszone.bench.failover import start_probe
+from crosszone.emulate import deploy, topology
+from crosszone.emulate.vty import Vty
+from crosszone.fastpath.deploy import pinned_maps
+from crosszone.fastpath.sink import MapSink
+from crosszone.linux import netns
+from crosszone.migrate import engine as eng
+from crosszone.store.sqlite_store import SqliteStore
+from crosszone.workload.udp_probe import analyse
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+TOPOLOGY = ROOT / "examples" / "migrate.yaml"
+CLI = [sys.executable, "-m", "crosszone.cli", "migrate"]
+#: loss we accept on a planned move under the probe (the target is 0; the bench measures it)
+MAX_LOSS_SHARE = 0.002
+
+
+@pytest.fixture(scope="module")
+def dep() -> Iterator[deploy.Deployment]:
+    if os.geteuid() != 0:
+        pytest.skip("integration tests need root")
+    spec = topology.load(TOPOLOGY)
+    d = deploy.Deployment(topology.plan(spec), netns.Executor(), topology_path=str(TOPOLOGY))
+    try:
+        d.up(log=lambda m: print(f"[up] {m}"))
+        yield d
+    finally:
+        deploy.down(netns.Executor(), log=lambda m: print(f"[down] {m}"))
+
+
+def _cli(store: str, *args: str, check: bool = True, timeout: float = 240
+         ) -> subprocess.CompletedProcess[str]:
+    res = subprocess.run([*CLI, *args, "--store", store], capture_output=True, text=True,
+                         timeout=timeout, check=False)
+    if check and res.returncode != 0:
+        raise AssertionError(f"{args}: exit {res.returncode}\n{res.stdout}\n{res.stderr}")
+    return res
+
+
+def _status(store: str) -> dict:
+    return json.loads(_cli(store, "status", "--json").stdout)
+
+
+def _hops(dep: deploy.Deployment) -> set[str]:
+    c, s = dep.route_hops()
+    names = {f"g{g.index}": g.name for g in dep.plan.gateways}
+    return {names[x] for x in c | s}
+
+
+class Probe:
+    """The UDP probe between a production endpoint and a storage node, both families, both
+    directions (bench.failover's peers)."""
+
+    def __init__(self, dep: deploy.Deployment, tmp: Path, pps: int = 1000,
+                 flows: int = 16) -> None:
+        self.pps, self.flows = pps, flows
+        self.running = start_probe(dep.plan, dep.plan.endpoints[0], dep.plan.storage_nodes[0],
+                                   pps, flows, tmp, max_s=300)
+
+    def result(self) -> tuple[int, int]:
+        """(sent, lost) over every stream after stopping the peers."""
+        sent = lost = 0
+        for s, r in self.running.stop().values():
+            a = analyse(s, r, int(1e9 / self.pps), self.flows)
+            sent, lost = sent + a.sent, lost + a.lost
+        return sent, lost
+
+
+def test_refuses_when_maps_differ_or_a_session_is_down(dep: deploy.Deployment,
+                                                       tmp_path: Path) -> None:
+    store = f"sqlite://{tmp_path}/m.db"
+    before = _hops(dep)
+    gw = dep.plan.gateways_of("crosszone")[0]
+    # One host entry vanishes from the gateway's kernel map behind its agent's back.
+    maps = pinned_maps(gw.pin_dir)
+    hosts = MapSink(maps).read({}, ["hosts"])["hosts"]
+    key, value = next(iter(hosts.items()))
+    maps.maps["hosts"].delete(key)
+    try:
+        res = _cli(store, "start", "--canary", "c", "--dwell", "1s", check=False)
+    finally:
+        maps.maps["hosts"].update(key, value)
+        maps.close()
+    assert res.returncode != 0
+    assert f"{gw.name}: maps in the kernel differ" in res.stderr.replace("\n", " ")
+    assert "hosts 1" in res.stderr.replace("\n", " ")
+    other = dep.plan.gateways_of("crosszone")[1]
+    vty = Vty(other.ns)
+    vty.run(["configure terminal", "router bgp 65100",
+             f"neighbor {other.compute_peer} shutdown", "end"])
+    try:
+        res = _cli(store, "start", "--canary", "c", "--dwell", "1s", check=False)
+    finally:
+        vty.run(["configure terminal", "router bgp 65100",
+                 f"no neighbor {other.compute_peer} shutdown", "end"])
+        vty.close()
+        dep.wait_sessions()
+    assert res.returncode != 0 and "BGP session" in res.stderr and other.name in res.stderr
+    assert _status(store)["state"] == "none" and _hops(dep) == before
+    assert SqliteStore(f"{tmp_path}/m.db").get(eng.KEY) is None
+
+
+def test_full_migration_then_rollback_under_the_probe(dep: deploy.Deployment,
+                                                      tmp_path: Path) -> None:
+    store = f"sqlite://{tmp_path}/m.db"
+    probe = Probe(dep, tmp_path)
+    try:
+        time.sleep(1.0)
+        _cli(store, "start", "--canary", "c", "--steps", "10,50,100", "--dwell", "2s")
+        st = _status(store)
+        assert st["state"] == "shifted" and st["weight_new"] == 100
+        assert _hops(dep) == {g.name for g in dep.plan.gateways_of("crosszone")}
+        moves = [h for h in st["history"] if h["event"] == "step"]
+        assert [h["weight_new"] for h in moves] == [10, 50, 100]
+        assert all(h["converge_ms"] < 5000 for h in moves)
+        _cli(store, "rollback")
+        assert _status(store)["state"] == "rolled_back"
+        assert _hops(dep) == {g.name for g in dep.plan.gateways_of("legacy")}
+    finally:
+        sent, lost = probe.result()
+    assert sent > 5000
+    assert lost <= MAX_LOSS_SHARE * sent, f"{lost} of {sent} datagrams lost"
+
+
+def _drop_vpc(dep: deploy.Deployment, gw: topology.Gateway, vpc: topology.VpcSpec,
+              on: bool) -> None:
+    """The routers' links into `gw` drop one VPC's traffic (tc, both directions): from the
+    migration's point of view, a new gateway that drops that VPC."""
+    p = dep.plan
+    dev = f"g{gw.index}"
+    for ns in (p.compute_router_ns, p.storage_router_ns):
+        subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "clsact"],
+                       capture_output=True, check=False)
+    if not on:
+        return
+    cmds = [[p.compute_router_ns, "qdisc", "add", "dev", dev, "clsact"],
+            # VXLAN of this VNI toward the gateway: the VNI sits 32 bytes into the IP packet
+            [p.compute_router_ns, "filter", "add", "dev", dev, "egress", "protocol", "ip", "u32",
+             "match", "u32", f"0x{vpc.vni << 8:08x}", "0xffffff00", "at", "32", "action",
+             "drop"],
+            [p.storage_router_ns, "qdisc", "add", "dev", dev, "clsact"],
+            [p.storage_router_ns, "filter", "add", "dev", dev, "egress", "protocol", "ip",
+             "flower", "dst_ip", str(vpc.storage_facing), "action", "drop"],
+            [p.storage_router_ns, "filter", "add", "dev", dev, "egress", "protocol", "ipv6",
+             "flower", "dst_ip", str(vpc.storage_facing6), "action", "drop"]]
+    for ns, *argv in cmds:
+        subprocess.run(["ip", "netns", "exec", ns, "tc", *argv], check=True)
+
+
+def test_guard_breach_rolls_back_by_itself(dep: deploy.Deployment, tmp_path: Path) -> None:
+    store = f"sqlite://{tmp_path}/m.db"
+    gw = dep.plan.gateways_of("crosszone")[0]
+    vpc = dep.plan.spec.vpcs[1]
+    _drop_vpc(dep, gw, vpc, True)
+    t0 = time.time()
+    try:
+        _cli(store, "start", "--canary", "c", "--steps", "50,100", "--dwell", "4s")
+    finally:
+        _drop_vpc(dep, gw, vpc, False)
+    st = _status(store)
+    assert st["state"] == "rolled_back", st
+    assert "guard breached at step 1 (50%)" in st["reason"] and "errors" in st["reason"]
+    assert _hops(dep) == {g.name for g in dep.plan.gateways_of("legacy")}
+    breach = next(h for h in st["history"] if h["event"] == "rollback")
+    assert breach["t"] - t0 < 60  # rolled back within the step's dwell, not at the end
+
+
+def test_killed_runner_resumes_at_its_step(dep: deploy.Deployment, tmp_path: Path) -> None:
+    store = f"sqlite://{tmp_path}/m.db"
+    db = SqliteStore(f"{tmp_path}/m.db")
+    kill_at = random.choice([1, 2])
+    probe = Probe(dep, tmp_path)
+    try:
+        runner = subprocess.Popen([*CLI, "start", "--canary", "c", "--steps", "10,50,100",
+                                   "--dwell", "3s", "--store", store],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            st = eng.read_state(db)
+            if st.state == "shifting" and st.step == kill_at:
+                break
+            time.sleep(0.1)
+        runner.send_signal(signal.SIGKILL)
+        runner.wait()
+        killed = eng.read_state(db)
+        assert killed.state == "shifting" and killed.step == kill_at
+        time.sleep(eng.RUNNER_TIMEOUT_S)  # the dead runner's heartbeat goes stale
+        _cli(store, "resume")
+        st = _status(store)
+        assert st["state"] == "shifted"
+        attached = [h for h in st["history"] if h["event"] == "runner_attached"]
+        assert attached[-1]["step"] == kill_at
+        after = [h["weight_new"] for h in st["history"]
+                 if h["event"] == "step" and h["t"] > attached[-1]["t"]]
+        assert after == [10, 50, 100][kill_at:]  # continued, never restarted
+        _cli(store, "rollback")
+    finally:
+        sent, lost = probe.result()
+    assert lost <= MAX_LOSS_SHARE * sent, f"{lost} of {sent} datagrams lost"

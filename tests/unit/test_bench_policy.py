@@ -97,3 +97,15 @@ def test_vpc_rates_reach_the_cluster_intent() -> None:
     vpcs = {v["name"]: v for v in control_plane.cluster_intent(limited)["vpcs"]}
     assert vpcs["vpc-a"]["rate_mbps"] == 50 and "rate_mbps" not in vpcs["vpc-b"]
     assert pol.with_vpc_rates(limited, {"a": None}).spec == p.spec
+
+
+def test_small_requests_apart_run_at_normal_priority_without_bulk() -> None:
+    from crosszone.emulate import topology
+
+    t = topology.workload_targets(topology.plan(topology.load(fairness.POLICY_TOPOLOGY)))
+    bulk = runner.worker_argv(t, 0, 5.0, 2, role="bulk")
+    small = runner.worker_argv(t, 0, 5.0, 2, role="small")
+    assert "--nice" in bulk and bulk[bulk.index("--small-rate") + 1] == "0"
+    assert "--nice" not in small
+    assert small[small.index("--loaders", small.index("--loaders") + 1) + 1] == "0"
+    assert small[small.index("--ckpt-parallel") + 1] == "0"

@@ -139,8 +139,9 @@ def test_crosszone_intent_carries_the_policy() -> None:
     cluster = parse_cluster(yaml.safe_dump(control_plane.cluster_intent(p)))
     assert cluster.policy.elephant_bytes == 4096
     assert cluster.policy.bulk_dscp == 8 and cluster.policy.flowlet_gap_us == 200
-    if "enabled" in type(cluster.policy).model_fields:
-        assert cluster.policy.enabled is True
+    assert cluster.policy.enabled is True
+    off = parse_cluster(yaml.safe_dump(control_plane.cluster_intent(policy.with_policy(p, False))))
+    assert off.policy.enabled is False
 
 
 def test_policy_switch_reloads_every_legacy_gateway() -> None:
@@ -153,3 +154,19 @@ def test_policy_switch_reloads_every_legacy_gateway() -> None:
     assert all(any(g.ns in op for op in ops) for g in on.gateways_of("legacy"))
     off_ops = policy.legacy_ops(p)
     assert not any("conntrack" in str(op) for op in off_ops)
+
+
+TC_CLASSES = """class htb 1:1 root rate 40Mbit ceil 40Mbit burst 1600b cburst 1600b
+ Sent 74935485 bytes 50236 pkt (dropped 0, overlimits 40916 requeues 0)
+ backlog 0b 0p requeues 0
+class htb 1:12e parent 1:1 leaf 8a13: prio 0 rate 35600Kbit ceil 40Mbit burst 1593b cburst 1600b
+ Sent 11436508 bytes 9617 pkt (dropped 18, overlimits 6391 requeues 0)
+ backlog 0b 0p requeues 0
+"""
+
+
+def test_class_stats_from_tc_text() -> None:
+    stats = queues.class_stats(TC_CLASSES)
+    assert stats["1:12e"] == {"bytes": 11436508, "packets": 9617, "drops": 18}
+    assert stats["1:1"]["packets"] == 50236
+    assert queues.class_stats("") == {}

@@ -261,8 +261,13 @@ def fastpath_hooks(agent: Agent, maps: Any) -> None:
             out[key[Reason(r).verdict_class]] += p
         return out
 
+    def policy_counters() -> dict[str, Any]:
+        return {name: maps.policy_stats(vid)
+                for name, vid in (agent.rec.ids.vpcs.items() if agent.rec.ids else [])}
+
     agent.counters, agent.occupancy = counters, occupancy
-    agent.metrics.add_fastpath(FastPathCollector(vpc_counters, maps.reason_stats, occupancy))
+    agent.metrics.add_fastpath(FastPathCollector(vpc_counters, maps.reason_stats, occupancy,
+                                                 policy_counters))
 
 
 def ensure_attached(store: Store, gateway: str, pin_dir: Path, netns: str | None,

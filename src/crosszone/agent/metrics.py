@@ -8,6 +8,10 @@ collector that reads them at scrape time (no copy in Python goes stale):
     crosszone_verdicts_total{reason,verdict}     verdict = forward | pass | drop
     crosszone_verdict_bytes_total{reason,verdict}
     crosszone_table_entries{table}, crosszone_table_capacity_entries{table}
+    crosszone_policy_marked_packets_total{vpc,class}   class = small | bulk (traffic policy)
+    crosszone_policy_flowlet_moves_total{vpc}          bulk flows moved after an idle gap
+    crosszone_policy_rate_dropped_packets_total{vpc}   over the VPC's rate (reason drop_vpc_rate)
+    crosszone_policy_rate_dropped_bytes_total{vpc}
 
 The agent's own state is ordinary metrics: applied revision, reconcile latency (histogram,
 seconds), rejected revisions, store reachability.
@@ -43,10 +47,13 @@ class FastPathCollector(Collector):
 
     def __init__(self, vpc_counters: Callable[[], dict[str, tuple[int, int, int, int]]],
                  reason_counters: Callable[[], dict[Reason, tuple[int, int]]],
-                 occupancy: Callable[[], dict[str, int]]) -> None:
+                 occupancy: Callable[[], dict[str, int]],
+                 policy_counters: Callable[[], dict[str, Any]] | None = None) -> None:
         self.vpc_counters = vpc_counters
         self.reason_counters = reason_counters
         self.occupancy = occupancy
+        # {vpc name: layout.CzPolicyCounter} (None: the fast path has no policy counters)
+        self.policy_counters = policy_counters
 
     def collect(self) -> Iterator[Any]:
         """Yield the metric families."""
@@ -86,6 +93,31 @@ class FastPathCollector(Collector):
                 tc.add_metric([t], CAPACITY[t])
         yield te
         yield tc
+        if self.policy_counters is not None:
+            try:
+                yield from _policy_families(self.policy_counters())
+            except OSError:
+                return
+
+
+def _policy_families(per_vpc: dict[str, Any]) -> Iterator[CounterMetricFamily]:
+    """The traffic policy's counters ({vpc: CzPolicyCounter}) as metric families."""
+    marked = CounterMetricFamily("crosszone_policy_marked_packets",
+                                 "Packets marked by the traffic policy", labels=["vpc", "class"])
+    moves = CounterMetricFamily("crosszone_policy_flowlet_moves",
+                                "Bulk flows moved to another path after an idle gap",
+                                labels=["vpc"])
+    dropped = CounterMetricFamily("crosszone_policy_rate_dropped_packets",
+                                  "Packets over the VPC's rate", labels=["vpc"])
+    dropped_b = CounterMetricFamily("crosszone_policy_rate_dropped_bytes",
+                                    "Inner IP bytes over the VPC's rate", labels=["vpc"])
+    for vpc, c in sorted(per_vpc.items()):
+        marked.add_metric([vpc, "small"], c.small_packets)
+        marked.add_metric([vpc, "bulk"], c.bulk_packets)
+        moves.add_metric([vpc], c.flowlet_moves)
+        dropped.add_metric([vpc], c.rate_drop_packets)
+        dropped_b.add_metric([vpc], c.rate_drop_bytes)
+    yield from (marked, moves, dropped, dropped_b)
 
 
 class AgentMetrics:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -289,8 +290,10 @@ def bench_switches(
     b = failover.Bench(dep, object_path("xdp_drop"), rate=rate, flows=flows)
     with Progress("bench switches") as p:
         p.step(f"{count} switches between {', '.join(sets)} under the probe")
+        # a time limit's SIGTERM ends the run like Ctrl-C: the switches done so far are reported
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
         failover.run_switches(b, count, sets, emit=_line_emitter(p),
-                              cli=[crosszone_gateway.crosszone_bin()])
+                              cli=[crosszone_gateway.crosszone_bin()], step=p.step)
 
 
 def bench_migrate(

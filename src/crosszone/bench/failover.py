@@ -324,7 +324,7 @@ def run(b: Bench, kinds: list[str], events: list[str], trials: int, emit: Emit,
 
 
 def run_switches(b: Bench, count: int, targets: tuple[str, ...], emit: Emit,
-                 cli: list[str]) -> dict[str, object]:
+                 cli: list[str], step: Emit | None = None) -> dict[str, object]:
     """`count` planned `crosszone emulate switch` runs (each its own CLI process, as an operator
     runs it) alternating over `targets`, under the probe; every BGP session that went down on
     any router or gateway meanwhile is a false flap (nothing failed)."""
@@ -339,16 +339,24 @@ def run_switches(b: Bench, count: int, targets: tuple[str, ...], emit: Emit,
                             max_s=count * 60.0)
         time.sleep(b.settle_s)
         t0 = time.time_ns()
-        for n in range(count):
-            seen = sum(len(session_downs(t.read())) for t in tails)
-            start = time.monotonic()
-            res = subprocess.run([*cli, "emulate", "switch", "--to", targets[n % len(targets)]],
-                                 capture_output=True, text=True, check=False)
-            took.append(time.monotonic() - start)
-            if res.returncode != 0:
-                raise RuntimeError(f"switch {n} failed: {res.stderr.strip()[-500:]}")
-            if sum(len(session_downs(t.read())) for t in tails) > seen:
-                flapped.append(n)
+        interrupted = False
+        try:
+            for n in range(count):
+                seen = sum(len(session_downs(t.read())) for t in tails)
+                start = time.monotonic()
+                res = subprocess.run(
+                    [*cli, "emulate", "switch", "--to", targets[n % len(targets)]],
+                    capture_output=True, text=True, check=False)
+                took.append(time.monotonic() - start)
+                if res.returncode != 0:
+                    raise RuntimeError(f"switch {n} failed: {res.stderr.strip()[-500:]}")
+                if sum(len(session_downs(t.read())) for t in tails) > seen:
+                    flapped.append(n)
+                if step:
+                    step(f"switch {n + 1}/{count}: {len(flapped)} with a session down")
+        except KeyboardInterrupt:
+            # stopped (Ctrl-C, or SIGTERM from a time limit): report the switches done so far
+            interrupted = True
         time.sleep(b.settle_s)
         streams = probe.stop()
     finally:
@@ -357,7 +365,7 @@ def run_switches(b: Bench, count: int, targets: tuple[str, ...], emit: Emit,
     interval = int(1e9 / b.rate)
     per = {name: analyse(tx, rx, interval, b.flows, t0) for name, (tx, rx) in streams.items()}
     line: dict[str, object] = {
-        "switches": count, "targets": list(targets),
+        "switches": len(took), "targets": list(targets), "interrupted": interrupted,
         "switches_with_session_down": len(flapped),
         "sessions_down": len(downs),
         "down_reasons": sorted({r for _t, _n, r in downs}),
@@ -365,7 +373,7 @@ def run_switches(b: Bench, count: int, targets: tuple[str, ...], emit: Emit,
         "sent": sum(a.sent for a in per.values()),
         "loss_window_ms_worst": round(max((a.longest.window_ms for a in per.values()
                                            if a.longest), default=0.0), 2),
-        "switch_s_median": round(statistics.median(took), 3),
+        "switch_s_median": round(statistics.median(took), 3) if took else None,
         "load_avg_1m": round(_loadavg(), 2),
     }
     emit(json.dumps(line))

@@ -86,7 +86,8 @@ def run_bench(emit: Emit, rounds: int = 2, duration: float = 15.0, warmup: float
                 p = pol.apply(ex, pol.with_vpc_rates(
                     p, {greedy: rate_mbps if setting == "on" else None}))
                 res = runner.run(topology.workload_targets(p), duration=duration, loaders=1,
-                                 console=console, warmup=warmup, loaders_for=more)
+                                 console=console, warmup=warmup, loaders_for=more,
+                                 small_apart=True)
                 lines.append(round_line(setting, rnd, res, greedy, duration))
                 emit(lines[-1])
         lines.append(summary(lines, greedy, rate_mbps))

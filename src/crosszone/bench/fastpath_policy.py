@@ -4,8 +4,10 @@ The same bench build of the gateway is loaded twice, once with the policy off an
 (the config's CZ_CFG_POLICY; on-with-rate adds a VPC token bucket, at a rate so high that nothing
 is dropped, so that the bucket's arithmetic is in the figure), and the copies are timed in
 interleaved rounds on the same frame and CPU (`bench.fastpath.Loaded`, same harness, same modes).
-Reported: each setting's median and fastest round, and `policy_delta_ns` = on - off, the figure
-the policy's budget (25 ns) is about.
+Reported: each setting's median and fastest round, and `policy_on_delta_ns` = on - off, the
+figure the policy's budget (25 ns) is about. `on_fixed_clock` is the same program built with the
+test clock (a map read instead of `bpf_ktime_get_ns`, whose time never advances): its delta is
+the policy's own work, and on - on_fixed_clock is what reading the clock costs on this machine.
 
 A repeated frame is one flow, whose state stays in cache; the `_spread` scenario rewrites the
 inner destination of every iteration (100,000 destinations, bpf/bench_spread.h), so the flow
@@ -84,6 +86,9 @@ def policy_scenarios(load: Callable[[str, Tables, int], Loaded], tables: Tables,
         progs = {"off": load(stem, tables, n_hosts),
                  "on": load(stem, with_policy(tables), n_hosts),
                  "on_with_rate": load(stem, with_policy(tables, rate=True), n_hosts)}
+        if stem == "bench_gateway":
+            progs["on_fixed_clock"] = load("bench_gateway_testclock", with_policy(tables),
+                                           n_hosts)
         try:
             row = measure_policy(frame, progs, reason, repeat, rounds)
         finally:

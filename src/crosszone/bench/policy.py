@@ -118,7 +118,7 @@ def _measure(ex: netns.Executor, p: topology.Plan, console: Console, duration: f
     s0, o0 = tcp_counters(ex, watch)
     c0, t0 = cpu_sample(), time.monotonic()
     res = runner.run(topology.workload_targets(p), duration=duration, loaders=LOADERS,
-                     console=console, warmup=warmup, bulk=bulk)
+                     console=console, warmup=warmup, bulk=bulk, small_apart=True)
     cpu, elapsed = cpu_delta(c0, cpu_sample()), time.monotonic() - t0
     s1, o1 = tcp_counters(ex, watch)
     ncpu = max(1, len(cpu.per_cpu_softirq_s))

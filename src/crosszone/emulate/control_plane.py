@@ -274,8 +274,10 @@ def start_agent(p: Plan, gw: Gateway) -> None:
     """Start `gw`'s agent (unless running): it attaches the fast path, then programs it."""
     if _alive(agent_pidfile(gw)):
         return
+    # The agent attaches the fast path (its map allocation holds a CPU for up to a second):
+    # off the CPU bfdd runs on (frr.control_cpus).
     _spawn(f"agent-{gw.name}", [
-        crosszone_bin(), "agent", "--gateway", gw.name, "--store", store_url(),
+        *frr.loader_pin(), crosszone_bin(), "agent", "--gateway", gw.name, "--store", store_url(),
         "--pin-dir", str(gw.pin_dir), "--netns", gw.ns, "--metrics", agent_metrics(gw),
         "--state-file", str(agent_state_file(gw)), "--frr-vty", str(frr.frr_dir(gw.ns))],
         agent_pidfile(gw))

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from crosszone.emulate import control_plane
+from crosszone.emulate import control_plane, frr
 from crosszone.emulate.control_plane import crosszone_bin
 from crosszone.emulate.kinds import DeployError
 from crosszone.emulate.topology import Gateway, Plan
@@ -42,8 +42,9 @@ def attach_ops(gw: Gateway) -> list[Op]:
     """Load and attach the fast path again over `gw`'s pinned maps and reconcile them once with
     the store (an upgrade: the new program takes over the live maps; bpf_xdp_attach replaces the
     program on the device atomically). The running agent keeps programming the same maps."""
-    return [Cmd((crosszone_bin(), "agent", "--gateway", gw.name, "--once", "--reattach",
-                 "--store", control_plane.store_url(), "--pin-dir", str(gw.pin_dir),
+    # Off the control CPU: loading holds its CPU for up to a second (frr.control_cpus).
+    return [Cmd((*frr.loader_pin(), crosszone_bin(), "agent", "--gateway", gw.name, "--once",
+                 "--reattach", "--store", control_plane.store_url(), "--pin-dir", str(gw.pin_dir),
                  "--netns", gw.ns, "--metrics", "",
                  "--state-file", str(control_plane.agent_state_file(gw))))]
 

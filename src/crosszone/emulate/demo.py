@@ -247,7 +247,7 @@ def policy_rows(console: Console, ex: netns.Executor, p: topology.Plan, kind: st
         p = pol.set_policy(ex, p, setting == "on")
         results[setting] = runner.run(topology.workload_targets(p), duration=duration,
                                       loaders=DEMO_LOADERS, console=console,
-                                      warmup=POLICY_WARMUP_S)
+                                      warmup=POLICY_WARMUP_S, small_apart=True)
     console.print(policy_table(kind, results))
     return results
 

@@ -14,6 +14,7 @@ between the two routers (it only ever sends its own prefixes).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from crosszone.emulate.topology import (
@@ -215,19 +216,48 @@ def gateway_config(p: Plan, gw: Gateway, active: bool) -> str:
 BFDD_RT_PRIORITY = 10
 
 
+def control_cpus() -> tuple[str, str]:
+    """(CPU list for bfdd, CPU list for fast-path loading), as `taskset -c` takes them.
+
+    This kernel does not preempt a process inside a system call (PREEMPT_NONE), and real-time
+    priority only helps once the CPU reaches a preemption point. A fast-path loader (`fastpath
+    attach`, an agent starting) allocates ~320 MiB of slot tables in single bpf() calls: measured
+    with `perf sched`, it held a CPU for 0.4 to 1.2 s while a SCHED_FIFO thread woken on that CPU
+    waited, which is what made every BFD session on the box go down at once. So loaders never run
+    on CPU 0. With three CPUs or more bfdd gets CPU 0 to itself; with two, bfdd is not pinned:
+    every bfdd of every emulation on one CPU at SCHED_FIFO starved that CPU (with 10 ms x 3
+    timers they took over 100 % of it: bgpd and ksoftirqd/0 stopped, load average 96), so
+    on two CPUs a loader can still hold up a bfdd woken on the loader's CPU. One CPU: nothing
+    to split (empty strings: no pinning)."""
+    n = os.cpu_count() or 1
+    if n < 2:
+        return "", ""
+    return ("0" if n >= 3 else ""), f"1-{n - 1}"
+
+
+def loader_pin() -> tuple[str, ...]:
+    """The `taskset` prefix that keeps a fast-path loader (an agent, `fastpath attach`) off the
+    control CPU (empty on a one-CPU box)."""
+    _bfd_cpu, loader = control_cpus()
+    return ("taskset", "-c", loader) if loader else ()
+
+
 def _priority(daemon: str) -> tuple[str, ...]:
-    """The `chrt` prefix that starts `daemon` at its scheduling priority (none for most).
+    """The `taskset`/`chrt` prefix that starts `daemon` at its scheduling priority.
 
     A router runs BFD on a CPU of its own or in hardware; here bfdd shares two cores with every
-    namespace, and at normal priority it missed its 150 ms detection time whenever the box was
-    busy: with one core held by a busy loop, the demo's 20 s workload saw about 20 BFD Down
-    events, each a BGP hard reset whose routes vanished for a second (thousands of
-    IpExtInNoRoutes on gateways and routers, TCP timeouts of 10 s). With bfdd at SCHED_FIFO
-    priority 10, the same run saw one (issue 12, finding 17). bfdd sleeps between its
-    packets, so it takes little CPU, and the kernel's RT throttling bounds it anyway. The BFD
-    timers themselves are unchanged.
-    """
-    return ("chrt", "-f", str(BFDD_RT_PRIORITY)) if daemon == "bfdd" else ()
+    namespace, and at normal priority it missed its detection time whenever the box was busy:
+    with one core held by a busy loop, the demo's 20 s workload saw about 20 BFD Down events,
+    each a BGP hard reset whose routes vanished for a second (issue 12, finding 17). So bfdd runs
+    at SCHED_FIFO 10, pinned to the control CPU (`control_cpus`). zebra and bgpd stay at normal
+    priority: given SCHED_FIFO 5, a router's bgpd took 90 % of a CPU through a run of planned
+    switches and starved the box (load average 96); a real-time daemon that can be busy for
+    long is worse than a late one."""
+    if daemon != "bfdd":
+        return ()
+    bfd_cpu, _loader = control_cpus()
+    pin = ("taskset", "-c", bfd_cpu) if bfd_cpu else ()
+    return (*pin, "chrt", "-f", str(BFDD_RT_PRIORITY))
 
 
 def start_ops(ns: str, config: str, spec: TopologySpec) -> list[Op]:

@@ -30,7 +30,7 @@ gateways this set shapes only what the kernel sends (BGP, BFD). It is therefore 
 
 from __future__ import annotations
 
-import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -115,14 +115,22 @@ def port_ops(ns: str, dev: str, spec: QueueSpec, small_dscp: int, bulk_dscp: int
     return ops
 
 
-def class_stats(tc_json: str) -> dict[str, dict[str, int]]:
-    """Bytes, packets and drops per class handle from `tc -j -s class show dev DEV`."""
+def class_stats(tc_text: str) -> dict[str, dict[str, int]]:
+    """Bytes, packets and drops per class handle from `tc -s class show dev DEV`.
+
+    Text, not `tc -j`: this iproute2 prints htb classes as text even when asked for JSON."""
     out: dict[str, dict[str, int]] = {}
-    for c in json.loads(tc_json or "[]"):
-        if not isinstance(c, dict) or c.get("class") != "htb":
+    handle = None
+    for line in tc_text.splitlines():
+        head = re.match(r"class htb (\S+) ", line)
+        if head:
+            handle = head.group(1)
             continue
-        st = c.get("stats", {})
-        out[str(c.get("handle"))] = {k: int(st.get(k, 0)) for k in ("bytes", "packets", "drops")}
+        sent = re.match(r"\s*Sent (\d+) bytes (\d+) pkt \(dropped (\d+),", line)
+        if sent and handle is not None:
+            out[handle] = {"bytes": int(sent.group(1)), "packets": int(sent.group(2)),
+                           "drops": int(sent.group(3))}
+            handle = None
     return out
 
 

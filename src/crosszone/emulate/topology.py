@@ -141,18 +141,11 @@ class StorageSpec(_Strict):
 
 
 class BfdSpec(_Strict):
-    # Short but not 10 ms: on a loaded 2-core box bfdd is sometimes descheduled for tens of ms,
-    # and a flapping session would be a false failure.
+    # 30 ms x 5. 10 ms x 3 detects in 30 ms, but FRR's bfdd then took 15 to 35 % of a CPU per
+    # daemon (six per emulation), the 2-core box starved and sessions flapped: see
+    # docs/emulate.md, "Failover". A deployment with BFD in hardware runs 10 ms x 3.
     interval_ms: int = Field(default=30, ge=10, le=10_000)
     multiplier: int = Field(default=5, ge=2, le=255)
-
-
-class PolicySpec(Policy):
-    """The traffic policy of every gateway in the emulation: the intent's `policy` block
-    (docs/policy.md) for the crosszone gateways, the legacy gateways' nftables marking from the
-    same values. `enabled` off: nothing is marked, every queue is one FIFO."""
-
-    enabled: bool = False
 
 
 class TopologySpec(_Strict):
@@ -171,7 +164,9 @@ class TopologySpec(_Strict):
     underlay_mtu: int = Field(default=UNDERLAY_MTU, ge=1330, le=9000)
     # Rate-limited priority queues at the bottleneck ports (emulate/queues.py); none by default.
     queues: QueueSpec | None = None
-    policy: PolicySpec = PolicySpec()
+    # The traffic policy of every gateway: the intent's `policy` block for the crosszone
+    # gateways, the legacy gateways' nftables marking from the same values (docs/policy.md).
+    policy: Policy = Policy()
 
     @field_validator("vpcs")
     @classmethod

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from crosszone.emulate.topology import PolicySpec
+from crosszone.intent.schema import Policy
 from crosszone.plan.units import (
     PlanInputError,
     parse_bytes,
@@ -42,7 +42,7 @@ def _via(parser: Any) -> Any:
     def validate(value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             # pydantic turns only ValueError into a validation error, so not TypeError here.
-            raise ValueError(f"expected a number with a unit, got {value!r}")  # noqa: TRY004
+            raise ValueError(f"expected a number with a unit, got {value!r}")
         try:
             return float(parser(value, "", ""))
         except PlanInputError as exc:
@@ -158,7 +158,7 @@ class Scenario(BaseModel):
     # it, the policy decides what `small_requests.priority` and `ecmp.flowlets` say otherwise:
     # on, a small request below `elephant_bytes` is in the strict-priority class and elephants
     # move between devices in flowlets; off, neither. (The DSCP values only name the classes.)
-    policy: PolicySpec | None = None
+    policy: Policy | None = None
 
     @model_validator(mode="after")
     def _policy_or_flags(self) -> Scenario:
@@ -186,7 +186,7 @@ class Scenario(BaseModel):
 
     def with_policy(self, enabled: bool) -> Scenario:
         """The same scenario with the traffic policy on or off (a default policy if it had none)."""
-        policy = (self.policy or PolicySpec()).model_copy(update={"enabled": enabled})
+        policy = (self.policy or Policy()).model_copy(update={"enabled": enabled})
         return self.model_copy(update={"policy": policy})
 
     @property

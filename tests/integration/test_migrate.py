@@ -149,27 +149,26 @@ def test_full_migration_then_rollback_under_the_probe(dep: deploy.Deployment,
 
 def _drop_vpc(dep: deploy.Deployment, gw: topology.Gateway, vpc: topology.VpcSpec,
               on: bool) -> None:
-    """The routers' links into `gw` drop one VPC's traffic (tc, both directions): from the
-    migration's point of view, a new gateway that drops that VPC."""
+    """The routers' links into `gw` drop one VPC's traffic (nftables in the routers' forward
+    path, both directions): from the migration's point of view, a new gateway that drops that
+    VPC. (tc cannot: this kernel has no drop action module.)"""
     p = dep.plan
     dev = f"g{gw.index}"
     for ns in (p.compute_router_ns, p.storage_router_ns):
-        subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "clsact"],
+        subprocess.run(["ip", "netns", "exec", ns, "nft", "delete", "table", "inet", "czfault"],
                        capture_output=True, check=False)
     if not on:
         return
-    cmds = [[p.compute_router_ns, "qdisc", "add", "dev", dev, "clsact"],
-            # VXLAN of this VNI toward the gateway: the VNI sits 32 bytes into the IP packet
-            [p.compute_router_ns, "filter", "add", "dev", dev, "egress", "protocol", "ip", "u32",
-             "match", "u32", f"0x{vpc.vni << 8:08x}", "0xffffff00", "at", "32", "action",
-             "drop"],
-            [p.storage_router_ns, "qdisc", "add", "dev", dev, "clsact"],
-            [p.storage_router_ns, "filter", "add", "dev", dev, "egress", "protocol", "ip",
-             "flower", "dst_ip", str(vpc.storage_facing), "action", "drop"],
-            [p.storage_router_ns, "filter", "add", "dev", dev, "egress", "protocol", "ipv6",
-             "flower", "dst_ip", str(vpc.storage_facing6), "action", "drop"]]
-    for ns, *argv in cmds:
-        subprocess.run(["ip", "netns", "exec", ns, "tc", *argv], check=True)
+    chain = "table inet czfault { chain drop_vpc { type filter hook forward priority 0; "
+    rules = {
+        # VXLAN of this VNI toward the gateway: the VNI is 24 bits, 96 bits into the UDP header
+        p.compute_router_ns: f'oifname "{dev}" udp dport 4789 @th,96,24 {vpc.vni} drop; ',
+        p.storage_router_ns: (f'oifname "{dev}" ip daddr {vpc.storage_facing} drop; '
+                              f'oifname "{dev}" ip6 daddr {vpc.storage_facing6} drop; '),
+    }
+    for ns, rule in rules.items():
+        subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=chain + rule + "}; }",
+                       text=True, check=True)
 
 
 def test_guard_breach_rolls_back_by_itself(dep: deploy.Deployment, tmp_path: Path) -> None:

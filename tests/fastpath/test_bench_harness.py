@@ -16,8 +16,17 @@ def test_every_iteration_sees_a_fresh_frame():
     by = {(r["scenario"], r.get("mode")): r for r in results}
     scenarios = {"ipv4_decap_1m_routes", "miss_drop", "ipv4_decap_1m_routes_spread",
                  "ipv6_decap_1m_routes", "return_encap_100k_hosts"}
+    policy = {"policy_ipv4_decap", "policy_return_encap", "policy_ipv4_decap_spread"}
     modes = {"live_frames", "test_run_restore_harness"}
-    assert set(by) == {("program_routes", None)} | {(s, m) for s in scenarios for m in modes}
+    assert set(by) == {("program_routes", None)} | {
+        (s, m) for s in scenarios | policy for m in modes}
+    # The policy's cost is measured against the same scenario with it off, in the same rounds;
+    # single-flow scenarios verify every iteration.
+    for name in policy - {"policy_ipv4_decap_spread"}:
+        for mode in modes:
+            row = by[(name, mode)]
+            assert row["every_iteration_verified"] is True, (name, mode)
+            assert row["policy_off_ns_per_pkt"] > 0 and row["policy_on_ns_per_pkt"] > 0
     prog = by[("program_routes", None)]
     assert prog["routes"] >= 19_000 and prog["routes_per_s"] > 0
     # The spread build cycles through 100k /24s, more than 20k routes hold: misses are expected.

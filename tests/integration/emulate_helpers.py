@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 
 import pytest
 
@@ -191,3 +194,18 @@ def udp_probe_result(probe: UdpProbe) -> dict[str, object]:
     result: dict[str, object] = json.loads(out)
     result["socket_drops"] = sum(udp_socket_drops(ns) for ns in probe.namespaces) - probe.drops0
     return result
+
+
+@contextlib.contextmanager
+def busy_cpus() -> Iterator[None]:
+    """A busy loop on every CPU (nice 10: it takes what the emulation leaves) for the block's
+    duration, so that "nothing lost" is measured on a loaded box, not an idle one."""
+    procs = [subprocess.Popen(["taskset", "-c", str(cpu), "nice", "-n", "10", sys.executable,
+                               "-c", "while True: pass"])
+             for cpu in sorted(os.sched_getaffinity(0))]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()

@@ -5,7 +5,8 @@ gateways while one gateway of the active kind fails and is repaired. Loose bound
 bench carries the figures): a failure costs a bounded loss window and the traffic comes back;
 a planned withdraw and the gateway's return lose nothing; a killed routing daemon on a crosszone
 gateway loses nothing (its fast path keeps forwarding while the routers move traffic away); no
-BGP session goes down during planned switches under the probe."""
+BGP session goes down during planned switches under the probe unless bfdd's CPU was frozen for
+longer than the BFD detection time (measured in the same run)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from emulate_helpers import require
+from emulate_helpers import busy_cpus, require
 
 from crosszone.abi.objects import object_path
 from crosszone.bench import failover
@@ -89,8 +90,14 @@ def test_crosszone_routing_daemon_killed_fails_over_within_bounds(bench: failove
 
 def test_no_session_goes_down_over_planned_switches(bench: failover.Bench) -> None:
     lines: list[str] = []
-    res = failover.run_switches(bench, 6, ("crosszone", "legacy"), emit=lines.append,
-                                cli=[str(Path(sys.executable).parent / "crosszone")])
-    assert res["sessions_down"] == 0, res
-    # One clean-clone CI run lost 2 datagrams over 6 switches (open); a BFD flap costs thousands.
-    assert res["lost"] <= 100, res
+    with busy_cpus():  # on a loaded box, not an idle one
+        res = failover.run_switches(bench, 6, ("crosszone", "legacy"), emit=lines.append,
+                                    cli=[str(Path(sys.executable).parent / "crosszone")])
+    print(res)
+    # A session may go down only next to a CPU stall of bfdd's CPU longer than the detection
+    # time (measured by the real-time sentinel in the same run: the VM or one long system call
+    # froze that CPU, and no user-space BFD survives that); any other flap is the emulation's.
+    assert res["sessions_down_unexplained"] == 0, res
+    if res["sessions_down"] == 0:
+        # One clean-clone CI run lost 2 datagrams over 6 switches (open); a flap costs thousands.
+        assert res["lost"] <= 100, res

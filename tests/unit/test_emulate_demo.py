@@ -183,7 +183,7 @@ def test_policy_table_compares_off_and_on() -> None:
 
 
 @pytest.mark.parametrize(("cpus", "bfd", "loader"),
-                         [(1, "", ""), (2, "", "1-1"), (3, "0", "1-2"), (8, "0", "1-7")])
+                         [(1, "", ""), (2, "0", "1-1"), (3, "0", "1-2"), (8, "0", "1-7")])
 def test_bfdd_and_the_fast_path_loader_never_share_a_cpu(
         monkeypatch: pytest.MonkeyPatch, cpus: int, bfd: str, loader: str) -> None:
     # The loader's bpf() calls hold their CPU for up to a second on a kernel that does not

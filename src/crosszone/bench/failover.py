@@ -39,6 +39,7 @@ from pathlib import Path
 
 from crosszone.emulate import deploy, failures, frr
 from crosszone.emulate import state as st
+from crosszone.emulate.stallwatch import StallWatch
 from crosszone.emulate.topology import Endpoint, Plan, StorageNode
 from crosszone.workload.udp_probe import Analysis, Record, analyse
 
@@ -334,34 +335,41 @@ def run_switches(b: Bench, count: int, targets: tuple[str, ...], emit: Emit,
     workdir = Path(tempfile.mkdtemp(prefix="czswitch-"))
     took: list[float] = []
     flapped: list[int] = []
-    try:
-        probe = start_probe(p, p.endpoints[0], p.storage_nodes[0], b.rate, b.flows, workdir,
-                            max_s=count * 60.0)
-        time.sleep(b.settle_s)
-        t0 = time.time_ns()
-        interrupted = False
+    with StallWatch() as watch:
         try:
-            for n in range(count):
-                seen = sum(len(session_downs(t.read())) for t in tails)
-                start = time.monotonic()
-                res = subprocess.run(
-                    [*cli, "emulate", "switch", "--to", targets[n % len(targets)]],
-                    capture_output=True, text=True, check=False)
-                took.append(time.monotonic() - start)
-                if res.returncode != 0:
-                    raise RuntimeError(f"switch {n} failed: {res.stderr.strip()[-500:]}")
-                if sum(len(session_downs(t.read())) for t in tails) > seen:
-                    flapped.append(n)
-                if step:
-                    step(f"switch {n + 1}/{count}: {len(flapped)} with a session down")
-        except KeyboardInterrupt:
-            # stopped (Ctrl-C, or SIGTERM from a time limit): report the switches done so far
-            interrupted = True
-        time.sleep(b.settle_s)
-        streams = probe.stop()
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+            probe = start_probe(p, p.endpoints[0], p.storage_nodes[0], b.rate, b.flows, workdir,
+                                max_s=count * 60.0)
+            time.sleep(b.settle_s)
+            t0 = time.time_ns()
+            interrupted = False
+            try:
+                for n in range(count):
+                    seen = sum(len(session_downs(t.read())) for t in tails)
+                    start = time.monotonic()
+                    res = subprocess.run(
+                        [*cli, "emulate", "switch", "--to", targets[n % len(targets)]],
+                        capture_output=True, text=True, check=False)
+                    took.append(time.monotonic() - start)
+                    if res.returncode != 0:
+                        raise RuntimeError(f"switch {n} failed: {res.stderr.strip()[-500:]}")
+                    if sum(len(session_downs(t.read())) for t in tails) > seen:
+                        flapped.append(n)
+                    if step:
+                        step(f"switch {n + 1}/{count}: {len(flapped)} with a session down")
+            except KeyboardInterrupt:
+                # stopped (Ctrl-C, or SIGTERM from a time limit): report the switches done so far
+                interrupted = True
+            time.sleep(b.settle_s)
+            streams = probe.stop()
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
     downs = [d for t in tails for d in session_downs(t.read())]
+    bfd = p.spec.bfd
+    # A receiver that ran nothing for (detection - one interval) misses its last packet's
+    # deadline whatever it does; a smaller stall cannot explain a session going down.
+    excuse_ms = bfd.interval_ms * (bfd.multiplier - 1)
+    cpus = frr.bfd_cpus()
+    unexplained = [d for d in downs if watch.explaining(d[0], excuse_ms, cpus) is None]
     interval = int(1e9 / b.rate)
     per = {name: analyse(tx, rx, interval, b.flows, t0) for name, (tx, rx) in streams.items()}
     line: dict[str, object] = {
@@ -369,6 +377,12 @@ def run_switches(b: Bench, count: int, targets: tuple[str, ...], emit: Emit,
         "switches_with_session_down": len(flapped),
         "sessions_down": len(downs),
         "down_reasons": sorted({r for _t, _n, r in downs}),
+        # sessions down with no CPU stall of the detection time next to them: the emulation's
+        # own flaps (a stall that long takes any user-space BFD down)
+        "sessions_down_unexplained": len(unexplained),
+        "cpu_stall_ms_worst": round(watch.worst_ms(), 1),
+        "cpu_stalls_over_excuse": [s.to_json() for s in watch.stalls
+                                   if s.gap_ms >= excuse_ms and s.cpu in cpus],
         "lost": sum(a.lost for a in per.values()),
         "sent": sum(a.sent for a in per.values()),
         "loss_window_ms_worst": round(max((a.longest.window_ms for a in per.values()

@@ -200,6 +200,10 @@ class Deployment:
                                    if kinds.get(g.kind).attaches],
                          active=kinds.startup_set(spec.active))
         st.save(state)  # first, so that an interrupted `up` can still be taken down
+        if state.pin_dirs and not os.path.ismount(PIN_ROOT.parent):
+            # the agents pin their maps there; a fresh boot may not have it mounted
+            log(f"mounting the BPF filesystem on {PIN_ROOT.parent}")
+            self.ex.apply([netns.Cmd(("mount", "-t", "bpf", "bpf", str(PIN_ROOT.parent)))])
         log(f"building {len(self.plan.namespaces)} namespaces")
         self.ex.apply(build_ops(self.plan, spec.active))
         for kind in kinds.registry().values():

@@ -222,17 +222,24 @@ def control_cpus() -> tuple[str, str]:
     This kernel does not preempt a process inside a system call (PREEMPT_NONE), and real-time
     priority only helps once the CPU reaches a preemption point. A fast-path loader (`fastpath
     attach`, an agent starting) allocates ~320 MiB of slot tables in single bpf() calls: measured
-    with `perf sched`, it held a CPU for 0.4 to 1.2 s while a SCHED_FIFO thread woken on that CPU
-    waited, which is what made every BFD session on the box go down at once. So loaders never run
-    on CPU 0. With three CPUs or more bfdd gets CPU 0 to itself; with two, bfdd is not pinned:
-    every bfdd of every emulation on one CPU at SCHED_FIFO starved that CPU (with 10 ms x 3
-    timers they took over 100 % of it: bgpd and ksoftirqd/0 stopped, load average 96), so
-    on two CPUs a loader can still hold up a bfdd woken on the loader's CPU. One CPU: nothing
-    to split (empty strings: no pinning)."""
+    with `perf sched` and a real-time sentinel (`stallwatch`), it held its CPU for 0.3 to 1.2 s
+    (the kernel zeroing fresh pages in `array_map_alloc`) while a SCHED_FIFO thread woken on that
+    CPU waited, which is what made every BFD session on the box go down at once. So bfdd gets CPU
+    0 and loaders never run there. On two CPUs that puts every bfdd of the emulation on CPU 0: at
+    30 ms x 5 the six daemons of a 2 + 2 gateway emulation take about a third of it (routers' 8 %
+    each, gateways' 4 %). (At 10 ms x 3 they took 15 to 35 % each and, with several emulations
+    on the box, starved CPU 0: keep the 30 ms timers on two CPUs.) One CPU: nothing to split
+    (empty strings: no pinning)."""
     n = os.cpu_count() or 1
     if n < 2:
         return "", ""
-    return ("0" if n >= 3 else ""), f"1-{n - 1}"
+    return "0", f"1-{n - 1}"
+
+
+def bfd_cpus() -> set[int]:
+    """The CPUs bfdd may run on (`control_cpus`)."""
+    bfd_cpu, _loader = control_cpus()
+    return {int(bfd_cpu)} if bfd_cpu else set(range(os.cpu_count() or 1))
 
 
 def loader_pin() -> tuple[str, ...]:

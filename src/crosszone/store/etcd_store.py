@@ -266,7 +266,7 @@ class EtcdStore(Store):
         try:
             r = self._client(endpoint).post("/v3/auth/authenticate",
                                             json={"name": self.user, "password": self._password})
-        except httpx.TransportError as exc:
+        except httpx.HTTPError as exc:  # unreachable, reset, timed out
             raise _Failover(_describe(exc)) from None
         auth = _auth_error(r.text, self.user)
         if r.status_code >= 500 and auth is None:
@@ -289,7 +289,7 @@ class EtcdStore(Store):
         for renewed in (False, True):
             try:
                 r = self._client(endpoint).post(path, json=body, headers=self._headers(endpoint))
-            except httpx.TransportError as exc:
+            except httpx.HTTPError as exc:  # unreachable, reset, timed out
                 raise _Failover(_describe(exc)) from None
             if r.status_code == 200:
                 return dict(r.json())
@@ -344,6 +344,7 @@ class EtcdStore(Store):
         failed stream had buffered beyond `after` comes again from the new one). When no member
         opens a stream in one pass, StoreUnavailable names each."""
         deadline = time.monotonic() + timeout
+        reopened = 0
         with self._cond:
             w = self._stream
             if w is None or w.prefix != prefix or after + 1 < w.start or after < w.consumed:
@@ -356,6 +357,10 @@ class EtcdStore(Store):
                         raise w.error
                     if any(m in str(w.error) for m in _STALE_TOKEN):
                         self._tokens.pop(w.endpoint, None)  # the next stream authenticates
+                    if reopened >= len(self.endpoints):  # streams that open, then fail at once
+                        raise StoreUnavailable(f"etcd watch: {reopened + 1} streams failed in "
+                                               f"one call, the last at {w.endpoint}: {w.error}")
+                    reopened += 1
                     self._advance(w.endpoint)
                     w = self._failover("watch", lambda e: self._open_stream(e, prefix, after + 1),
                                        0)

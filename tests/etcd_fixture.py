@@ -2,7 +2,9 @@
 
 `etcd_url`: plain, no authentication. `etcd_auth`: authentication enabled (a root user with a
 random password). `etcd_tls`: https with a private CA, client certificates required, and
-authentication too (certificates made with the openssl command).
+authentication too (certificates made with the openssl command). `etcd_cluster`: three members,
+a fresh cluster per test (tests kill members), each member with its own data dir, all removed
+afterwards.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import httpx
 import pytest
@@ -38,41 +41,63 @@ class EtcdServer:
     key: Path | None = None
 
 
-def _start(data: Path, tls: dict[str, Path] | None = None) -> tuple[subprocess.Popen, str, object]:
+def _binary() -> str:
     binary = shutil.which("etcd")
     if binary is None:
         pytest.skip("etcd is not installed (Debian: etcd-server)")
+    return binary
+
+
+def _member(binary: str, data: Path, name: str, url: str, peer: str, cluster: str,
+            extra: list[str]) -> tuple[subprocess.Popen, IO[str]]:
+    """Start one etcd member (its log in data/NAME.log), data in data/NAME."""
+    log = open(data / f"{name}.log", "w")  # noqa: SIM115  (closed in _stop, after etcd)
+    proc = subprocess.Popen(
+        [binary, "--data-dir", str(data / name), "--name", name,
+         "--listen-client-urls", url, "--advertise-client-urls", url,
+         "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+         "--initial-cluster", cluster, "--initial-cluster-state", "new",
+         "--max-request-bytes", str(64 << 20), "--max-txn-ops", "100000", *extra],
+        stdout=log, stderr=subprocess.STDOUT)
+    return proc, log
+
+
+def _wait_healthy(url: str, procs: list[subprocess.Popen], logs: list[Path],
+                  kw: dict | None = None, seconds: float = 20) -> None:
+    """Until url/health answers 200 (a leader is known); pytest.fail with the logs if not."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if httpx.get(url + "/health", timeout=1, **(kw or {})).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+            tails = "\n".join(f"{f.name}: {f.read_text()[-2000:]}" for f in logs)
+            pytest.fail(f"etcd did not start: {tails}")
+        time.sleep(0.1)
+
+
+def _start(data: Path, tls: dict[str, Path] | None = None) -> tuple[subprocess.Popen, str, object]:
+    binary = _binary()
     client, peer = _free_port(), _free_port()
     url = f"{'https' if tls else 'http'}://127.0.0.1:{client}"
     extra = []
     if tls:
         extra = ["--cert-file", str(tls["cert"]), "--key-file", str(tls["key"]),
                  "--trusted-ca-file", str(tls["ca"]), "--client-cert-auth"]
-    log = open(data / "etcd.log", "w")  # noqa: SIM115  (closed in _stop, after etcd)
-    proc = subprocess.Popen(
-        [binary, "--data-dir", str(data / "data"), "--name", "test",
-         "--listen-client-urls", url, "--advertise-client-urls", url,
-         "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-         "--initial-cluster", f"test=http://127.0.0.1:{peer}",
-         "--max-request-bytes", str(64 << 20), "--max-txn-ops", "100000", *extra],
-        stdout=log, stderr=subprocess.STDOUT)
+    peer_url = f"http://127.0.0.1:{peer}"
+    proc, log = _member(binary, data, "test", url, peer_url, f"test={peer_url}", extra)
     kw = {}
     if tls:
         ctx = ssl.create_default_context(cafile=str(tls["ca"]))
         ctx.load_cert_chain(str(tls["client"]), str(tls["client_key"]))
         kw = {"verify": ctx}
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            if httpx.get(url + "/health", timeout=1, **kw).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            _stop(proc, log)
-            pytest.fail(f"etcd did not start: {(data / 'etcd.log').read_text()[-2000:]}")
-        time.sleep(0.1)
+    try:
+        _wait_healthy(url, [proc], [data / "test.log"], kw)
+    except BaseException:
+        _stop(proc, log)
+        raise
     return proc, url, log
 
 
@@ -154,3 +179,81 @@ def etcd_tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
                          tls["client_key"])
     finally:
         _stop(proc, log)
+
+
+@dataclass
+class EtcdCluster:
+    """A private etcd cluster of several members on 127.0.0.1 (plain http, no auth)."""
+
+    data: Path
+    names: list[str]
+    urls: list[str]                  # client URLs, http://127.0.0.1:PORT
+    procs: list[subprocess.Popen]
+    logs: list[IO[str]]
+
+    @property
+    def store_url(self) -> str:
+        """etcd://127.0.0.1:P1,127.0.0.1:P2,... (every member)."""
+        return "etcd://" + ",".join(u.split("://", 1)[1] for u in self.urls)
+
+    def alive(self) -> list[int]:
+        return [i for i, p in enumerate(self.procs) if p.poll() is None]
+
+    def leader(self, seconds: float = 20) -> int:
+        """The index of the member the live members agree leads (waits for an election)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            ids, leaders = {}, set()
+            for i in self.alive():
+                try:
+                    st = httpx.post(self.urls[i] + "/v3/maintenance/status", json={},
+                                    timeout=1).json()
+                    ids[st["header"]["member_id"]] = i
+                    leaders.add(st.get("leader"))
+                except (httpx.HTTPError, ValueError, KeyError):
+                    leaders.add(None)
+            if len(leaders) == 1 and next(iter(leaders)) in ids:
+                return ids[leaders.pop()]
+            if time.monotonic() > deadline:
+                pytest.fail(f"no agreed etcd leader in {seconds} s: {leaders}, {ids}")
+            time.sleep(0.05)
+
+    def kill(self, i: int) -> None:
+        """SIGKILL member i (no clean shutdown: what a crashed host looks like to the rest)."""
+        self.procs[i].kill()
+        self.procs[i].wait(10)
+
+    def stop(self) -> None:
+        for proc, log in zip(self.procs, self.logs):
+            _stop(proc, log)
+        shutil.rmtree(self.data, ignore_errors=True)
+
+
+def start_cluster(data: Path, size: int = 3) -> EtcdCluster:
+    """Start `size` members at once (they wait for each other) and wait until each is healthy."""
+    binary = _binary()
+    names = [f"m{i}" for i in range(size)]
+    clients = [f"http://127.0.0.1:{_free_port()}" for _ in names]
+    peers = [f"http://127.0.0.1:{_free_port()}" for _ in names]
+    initial = ",".join(f"{n}={p}" for n, p in zip(names, peers))
+    token = ["--initial-cluster-token", f"cz-{secrets.token_hex(4)}"]
+    started = [_member(binary, data, n, c, p, initial, token)
+               for n, c, p in zip(names, clients, peers)]
+    cluster = EtcdCluster(data, names, clients, [s[0] for s in started], [s[1] for s in started])
+    try:
+        for url in clients:
+            _wait_healthy(url, cluster.procs, [data / f"{n}.log" for n in names])
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+@pytest.fixture
+def etcd_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    """A fresh three-member etcd cluster (tests kill members); stopped and removed after."""
+    cluster = start_cluster(Path(tmp_path_factory.mktemp("etcd-cluster")))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

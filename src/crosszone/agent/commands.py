@@ -12,8 +12,8 @@ def agent_cmd(
     gateway: str = typer.Option(..., "--gateway", help="Gateway name in the intent."),
     store: str = typer.Option("sqlite:///var/lib/crosszone/state.db", "--store",
                               envvar="CROSSZONE_STORE",
-                              help="sqlite:///path.db, etcd://[user@]h:p or etcds://... "
-                                   "(password: CROSSZONE_ETCD_PASSWORD[_FILE])."),
+                              help="sqlite:///path.db, etcd://[user@]h:p[,h:p...] or "
+                                   "etcds://... (password: CROSSZONE_ETCD_PASSWORD[_FILE])."),
     pin_dir: Path = typer.Option(None, "--pin-dir",
                                  help="bpffs directory of the pins (default "
                                       "/sys/fs/bpf/crosszone/<gateway>)."),

@@ -45,7 +45,8 @@ _TOKEN_FILE = typer.Option(None, "--token-file", envvar="CROSSZONE_TOKEN_FILE",
 
 def controller_cmd(
     store: str = typer.Option(DEFAULT_STORE, "--store", envvar="CROSSZONE_STORE",
-                              help="sqlite:///path.db (default) or etcd://host:port."),
+                              help="sqlite:///path.db (default) or "
+                                   "etcd://[user@]host:port[,host:port...]."),
     listen: str = typer.Option("127.0.0.1:8470", "--listen", help="host:port of the API."),
     token_file: Path | None = _TOKEN_FILE,
     argv_token: str | None = _ARGV_TOKEN,

@@ -17,6 +17,19 @@ stream; a token etcd no longer knows (simple tokens expire, 5 minutes by default
 and the request retried. Refusals are StoreAuthError with what to configure. https with a CA
 bundle and an optional client certificate is httpx's verify/cert (`etcd_from_url` reads them
 from the environment, never from argv).
+
+Several members (`etcd://[user@]h1:p1,h2:p2,h3:p3`): the store talks to one member at a time,
+the current one. A request that cannot reach it (connection refused or reset, a timeout) or that
+it answers with HTTP 5xx (etcd's "no leader", "leader changed", "request timed out" while a
+leader is elected) moves to the next member and is retried there; passes over the members go on,
+with a short pause between passes, for up to `failover_seconds` after the first failure (5; a
+leader election takes one or two seconds), then StoreUnavailable names every endpoint tried and
+what each answered. A write retried after a reply was lost may have committed already: it
+commits again (the same values at a later revision; an agent's diff of it writes nothing). The
+watch stream fails over the same way and resumes on the next member from the revision after the
+last one handed to the caller, so nothing is missed and nothing comes twice; a compacted
+revision is RevisionCompacted, as on one member. Tokens are kept per member and obtained from
+each member when first needed there.
 """
 
 from __future__ import annotations
@@ -24,16 +37,16 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import re
 import socket
 import ssl
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, TypeVar
 
 import httpx
 
@@ -49,6 +62,7 @@ from crosszone.store.store import (
 _NEEDS_AUTH = ("user name is empty", "authentication failed", "permission denied",
                "invalid auth management")
 _STALE_TOKEN = ("invalid auth token", "auth token is not found")
+_T = TypeVar("_T")
 
 
 def _auth_error(text: str, user: str | None) -> StoreAuthError | None:
@@ -74,15 +88,49 @@ def _ssl_context(verify: str | bool, cert: tuple[str, str] | None) -> ssl.SSLCon
     return ctx
 
 
-def etcd_from_url(url: str, env: Mapping[str, str]) -> EtcdStore:
-    """An EtcdStore from etcd://[user@]host:port or etcds://... and the environment."""
-    parts = urlsplit(url)
-    if parts.password is not None:
+_HOSTPORT = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9._-]+))"
+                       r"(?::(?P<port>[^:]*))?$")
+
+
+def parse_etcd_url(url: str) -> tuple[bool, str | None, list[str]]:
+    """(tls, user, ["host:port", ...]) from etcd[s]://[user@]host[:port][,host[:port]...].
+
+    A missing port is etcd's client port, 2379. Raises ValueError naming what is wrong: a
+    password in the URL, an empty host, a bad port, the same endpoint twice, a path."""
+    usage = "etcd://[user@]host:port[,host:port...] or etcds://..."
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("etcd", "etcds"):
+        raise ValueError(f"bad etcd URL {url!r} ({usage})")
+    if any(c in rest for c in "?#") or rest.rstrip("/").count("/"):
+        raise ValueError(f"bad etcd URL {url!r}: no path, query or fragment ({usage})")
+    userinfo, at, hosts = rest.rstrip("/").rpartition("@")
+    if at and ":" in userinfo:
         raise ValueError("a password in the store URL shows in `ps` and logs: give it in "
                          "CROSSZONE_ETCD_PASSWORD or CROSSZONE_ETCD_PASSWORD_FILE")
-    if not parts.hostname or parts.path not in ("", "/"):
-        raise ValueError(f"bad etcd URL {url!r} (etcd://[user@]host:port)")
-    user = parts.username or None
+    if at and not userinfo:
+        raise ValueError(f"bad etcd URL {url!r}: empty user before '@' ({usage})")
+    endpoints: list[str] = []
+    for i, item in enumerate(hosts.split(","), 1):
+        m = _HOSTPORT.match(item.strip())
+        if not item.strip() or m is None:
+            raise ValueError(f"bad etcd URL {url!r}: endpoint {i} {item!r} has no host "
+                             f"(host:port or [v6]:port) ({usage})")
+        port = m["port"] if m["port"] is not None else "2379"
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"bad etcd URL {url!r}: endpoint {i} {item!r} has a bad port "
+                             f"(1-65535)")
+        host = f"[{m['v6']}]" if m["v6"] else m["host"].lower()
+        endpoint = f"{host}:{int(port)}"
+        if endpoint in endpoints:
+            raise ValueError(f"bad etcd URL {url!r}: endpoint {endpoint} is given twice")
+        endpoints.append(endpoint)
+    return scheme == "etcds", userinfo or None, endpoints
+
+
+def etcd_from_url(url: str, env: Mapping[str, str]) -> EtcdStore:
+    """An EtcdStore from etcd://[user@]host:port[,host:port...] or etcds://... and the
+    environment."""
+    tls, user, endpoints = parse_etcd_url(url)
     password = None
     if user is not None:
         if env.get("CROSSZONE_ETCD_PASSWORD_FILE"):
@@ -92,15 +140,14 @@ def etcd_from_url(url: str, env: Mapping[str, str]) -> EtcdStore:
         if password is None:
             raise ValueError(f"etcd user {user!r} needs a password: set CROSSZONE_ETCD_PASSWORD "
                              "or CROSSZONE_ETCD_PASSWORD_FILE")
-    tls = parts.scheme == "etcds"
     ca, cert, key = (env.get(f"CROSSZONE_ETCD_{n}") for n in ("CA", "CERT", "KEY"))
     if not tls and (ca or cert):
         raise ValueError("CROSSZONE_ETCD_CA/CERT given for a plain-http etcd URL: use etcds://")
     if bool(cert) != bool(key):
         raise ValueError("a client certificate needs both CROSSZONE_ETCD_CERT and "
                          "CROSSZONE_ETCD_KEY")
-    host = parts.netloc.rpartition("@")[2]
-    return EtcdStore(("https://" if tls else "http://") + host, user=user, password=password,
+    scheme = "https://" if tls else "http://"
+    return EtcdStore([scheme + e for e in endpoints], user=user, password=password,
                      verify=ca or True, cert=(cert, key) if cert and key else None)
 
 
@@ -119,54 +166,147 @@ def _range_end(prefix: str) -> str:
     return _b64(bytes(raw))
 
 
-class EtcdStore(Store):
-    """A Store in etcd, through the v3 JSON gateway at base_url (http://host:port)."""
+class _Failover(Exception):
+    """This member cannot serve the request now (unreachable, no leader): try the next one."""
 
-    def __init__(self, base_url: str, timeout: float = 10.0, root: str = "/crosszone/",
-                 user: str | None = None, password: str | None = None,
-                 verify: str | bool = True, cert: tuple[str, str] | None = None) -> None:
-        self.base_url = base_url.rstrip("/")
+
+def _describe(exc: Exception) -> str:
+    return str(exc) or type(exc).__name__
+
+
+class EtcdStore(Store):
+    """A Store in etcd, through the v3 JSON gateway of one member or several (http://host:port
+    each): requests go to the current member and fail over to the next (see the module doc)."""
+
+    def __init__(self, base_url: str | Sequence[str], timeout: float = 10.0,
+                 root: str = "/crosszone/", user: str | None = None,
+                 password: str | None = None, verify: str | bool = True,
+                 cert: tuple[str, str] | None = None, failover_seconds: float = 5.0) -> None:
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        if not urls:
+            raise ValueError("an etcd store needs at least one endpoint")
+        self.endpoints = [u.rstrip("/") for u in urls]
+        if len(set(self.endpoints)) != len(self.endpoints):
+            raise ValueError(f"etcd endpoints given twice: {self.endpoints}")
         self.root = root
         self.timeout = timeout
+        self.failover_seconds = failover_seconds
         self.user = user
         self._password = password
         self._tls: dict[str, Any] = {"verify": _ssl_context(verify, cert)}
-        self._token: str | None = None
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, **self._tls)
+        self._current = 0
+        self._tokens: dict[str, str] = {}            # per member: obtained from that member
+        self._clients: dict[str, httpx.Client] = {}  # per member, made when first needed
+        self._lock = threading.Lock()                # _current and _clients
         self._cond = threading.Condition()
         self._stream: _WatchStream | None = None
 
-    def _authenticate(self) -> str:
-        """A fresh token for our user (StoreAuthError if etcd refuses the password)."""
-        try:
-            r = self._http.post("/v3/auth/authenticate",
-                                json={"name": self.user, "password": self._password})
-        except httpx.HTTPError as exc:
-            raise StoreUnavailable(f"etcd {self.base_url}: {exc}") from None
-        if r.status_code != 200 or "token" not in r.text:
-            raise _auth_error(r.text, self.user) or StoreAuthError(
-                f"etcd {self.base_url}: authenticate: HTTP {r.status_code}: {r.text[:200]}")
-        self._token = str(r.json()["token"])
-        return self._token
+    @property
+    def base_url(self) -> str:
+        """The current member's URL."""
+        return self.endpoints[self._current]
 
-    def _headers(self) -> dict[str, str]:
+    @property
+    def _token(self) -> str | None:
+        """The current member's token (None: authenticate on first use)."""
+        return self._tokens.get(self.base_url)
+
+    @_token.setter
+    def _token(self, value: str | None) -> None:
+        if value is None:
+            self._tokens.pop(self.base_url, None)
+        else:
+            self._tokens[self.base_url] = value
+
+    def _client(self, endpoint: str) -> httpx.Client:
+        with self._lock:
+            client = self._clients.get(endpoint)
+            if client is None:
+                client = httpx.Client(base_url=endpoint, timeout=self.timeout, **self._tls)
+                self._clients[endpoint] = client
+            return client
+
+    def _advance(self, failed: str) -> None:
+        """The member after `failed` becomes current (unless another thread moved on)."""
+        with self._lock:
+            if self.endpoints[self._current] == failed:
+                self._current = (self._current + 1) % len(self.endpoints)
+
+    def _failover(self, what: str, call: Callable[[str], _T], seconds: float) -> _T:
+        """call(member) on the current member and, while it raises _Failover, on the next.
+
+        Passes over every member go on, a short pause between them, until `seconds` have passed
+        since the first failure (with one member, or seconds 0: one pass); then StoreUnavailable
+        with each member's last answer."""
+        deadline: float | None = None  # counted from the first failure
+        last: dict[str, str] = {}
+        attempts, pause = 0, 0.05
+        while True:
+            for _ in self.endpoints:
+                endpoint = self.base_url
+                try:
+                    return call(endpoint)
+                except _Failover as exc:
+                    attempts += 1
+                    last[endpoint] = str(exc)
+                    self._advance(endpoint)
+                    if deadline is None:
+                        deadline = time.monotonic() + seconds
+            assert deadline is not None
+            if len(self.endpoints) == 1 or time.monotonic() + pause > deadline:
+                break
+            time.sleep(pause)
+            pause = min(1.0, pause * 2)
+        raise StoreUnavailable(
+            f"etcd {what}: no member answered ({attempts} attempts over "
+            f"{len(self.endpoints)} endpoints): " + "; ".join(f"{e}: {m}" for e, m in last.items()))
+
+    def _authenticate(self, endpoint: str) -> str:
+        """A fresh token from this member (StoreAuthError if etcd refuses the password)."""
+        try:
+            r = self._client(endpoint).post("/v3/auth/authenticate",
+                                            json={"name": self.user, "password": self._password})
+        except httpx.HTTPError as exc:  # unreachable, reset, timed out
+            raise _Failover(_describe(exc)) from None
+        auth = _auth_error(r.text, self.user)
+        if r.status_code >= 500 and auth is None:
+            raise _Failover(f"authenticate: HTTP {r.status_code}: {r.text[:200]}")
+        if r.status_code != 200 or "token" not in r.text:
+            raise auth or StoreAuthError(
+                f"etcd {endpoint}: authenticate: HTTP {r.status_code}: {r.text[:200]}")
+        token = str(r.json()["token"])
+        self._tokens[endpoint] = token
+        return token
+
+    def _headers(self, endpoint: str) -> dict[str, str]:
         """The Authorization header (a token, authenticating first if needed) or none."""
         if self.user is None:
             return {}
-        return {"Authorization": self._token or self._authenticate()}
+        return {"Authorization": self._tokens.get(endpoint) or self._authenticate(endpoint)}
 
-    def _post(self, path: str, body: dict, retry: bool = True) -> dict:
-        try:
-            r = self._http.post(path, json=body, headers=self._headers())
-        except httpx.HTTPError as exc:
-            raise StoreUnavailable(f"etcd {self.base_url}: {exc}") from None
-        if r.status_code != 200:
-            if self.user is not None and retry and any(m in r.text for m in _STALE_TOKEN):
-                self._token = None  # expired (or etcd restarted): one new token, one retry
-                return self._post(path, body, retry=False)
-            raise _auth_error(r.text, self.user) or StoreUnavailable(
-                f"etcd {self.base_url}{path}: HTTP {r.status_code}: {r.text[:200]}")
-        return r.json()
+    def _post_one(self, endpoint: str, path: str, body: dict) -> dict:
+        """One request to one member; _Failover when that member cannot serve it now."""
+        for renewed in (False, True):
+            try:
+                r = self._client(endpoint).post(path, json=body, headers=self._headers(endpoint))
+            except httpx.HTTPError as exc:  # unreachable, reset, timed out
+                raise _Failover(_describe(exc)) from None
+            if r.status_code == 200:
+                return dict(r.json())
+            if self.user is not None and not renewed and any(m in r.text for m in _STALE_TOKEN):
+                self._tokens.pop(endpoint, None)  # expired (or etcd restarted): one new token
+                continue
+            auth = _auth_error(r.text, self.user)
+            if auth is not None:
+                raise auth
+            if r.status_code >= 500:  # no leader, leader changed, request timed out, stopping
+                raise _Failover(f"HTTP {r.status_code}: {r.text[:200]}")
+            raise StoreUnavailable(f"etcd {endpoint}{path}: HTTP {r.status_code}: {r.text[:200]}")
+        raise StoreAuthError(f"etcd {endpoint}: a renewed token was refused as stale")
+
+    def _post(self, path: str, body: dict) -> dict:
+        return self._failover(path, lambda endpoint: self._post_one(endpoint, path, body),
+                              self.failover_seconds)
 
     def put_many(self, items: Mapping[str, bytes | None]) -> int:
         """One transaction with every put and delete; its revision."""
@@ -199,20 +339,16 @@ class EtcdStore(Store):
 
         The stream (POST /v3/watch, a streaming response) is opened once, from after+1, and
         read by a thread into a buffer; each call takes what arrived or waits for it. It is
-        reopened only when the caller asks for another prefix, or for revisions the stream has
-        already passed, or after an error (raised here as StoreUnavailable once)."""
+        reopened when the caller asks for another prefix, or for revisions the stream has
+        already passed, and after an error: then on the next member, from after+1 (what the
+        failed stream had buffered beyond `after` comes again from the new one). When no member
+        opens a stream in one pass, StoreUnavailable names each."""
         deadline = time.monotonic() + timeout
+        reopened = 0
         with self._cond:
             w = self._stream
             if w is None or w.prefix != prefix or after + 1 < w.start or after < w.consumed:
-                self._open_stream(prefix, after + 1)
-                w = self._stream
-                assert w is not None
-                # a new stream: wait until etcd answered (or refused), as a request would
-                opened = time.monotonic() + self.timeout
-                while not w.ready and w.error is None and time.monotonic() < opened:
-                    self._cond.wait(opened - time.monotonic())
-            assert w is not None
+                w = self._failover("watch", lambda e: self._open_stream(e, prefix, after + 1), 0)
             while True:
                 if w.error is not None:
                     self._stream = None
@@ -220,8 +356,15 @@ class EtcdStore(Store):
                     if isinstance(w.error, (RevisionCompacted, StoreAuthError)):
                         raise w.error
                     if any(m in str(w.error) for m in _STALE_TOKEN):
-                        self._token = None  # the next stream authenticates again
-                    raise StoreUnavailable(f"etcd {self.base_url}: watch: {w.error}")
+                        self._tokens.pop(w.endpoint, None)  # the next stream authenticates
+                    if reopened >= len(self.endpoints):  # streams that open, then fail at once
+                        raise StoreUnavailable(f"etcd watch: {reopened + 1} streams failed in "
+                                               f"one call, the last at {w.endpoint}: {w.error}")
+                    reopened += 1
+                    self._advance(w.endpoint)
+                    w = self._failover("watch", lambda e: self._open_stream(e, prefix, after + 1),
+                                       0)
+                    continue
                 while w.buffer and w.buffer[0].revision <= after:
                     w.buffer.popleft()
                 if w.buffer:
@@ -234,20 +377,37 @@ class EtcdStore(Store):
                     return []
                 self._cond.wait(left)
 
-    def _open_stream(self, prefix: str, start: int) -> None:
-        headers = self._headers()  # may authenticate (and fail) before any state changes
+    def _open_stream(self, endpoint: str, prefix: str, start: int) -> _WatchStream:
+        """A watch stream on this member from `start`, once etcd answered (called with _cond
+        held); _Failover if the member refuses or cannot be reached."""
+        headers = self._headers(endpoint)  # may authenticate (and fail) before state changes
         if self._stream is not None:
             self._stream.stop()
-        w = _WatchStream(prefix, start, start - 1)
+        w = _WatchStream(prefix, start, start - 1, endpoint)
         self._stream = w
         full = self.root + prefix
         body = {"create_request": {"key": _b64(full), "range_end": _range_end(full),
                                    "start_revision": start}}
-        w.client = httpx.Client(base_url=self.base_url, headers=headers,
+        w.client = httpx.Client(base_url=endpoint, headers=headers,
                                 timeout=httpx.Timeout(self.timeout, read=None), **self._tls)
         w.thread = threading.Thread(target=self._read_stream, args=(w, body), daemon=True,
                                     name=f"etcd-watch-{prefix}")
         w.thread.start()
+        # wait until etcd answered (or refused), as a request would
+        opened = time.monotonic() + self.timeout
+        while not w.ready and w.error is None and time.monotonic() < opened:
+            self._cond.wait(opened - time.monotonic())
+        if w.error is not None and not isinstance(w.error, (RevisionCompacted, StoreAuthError)):
+            self._stream = None
+            w.stop()
+            if any(m in str(w.error) for m in _STALE_TOKEN):
+                self._tokens.pop(endpoint, None)
+            raise _Failover(f"watch: {_describe(w.error)}")
+        if not w.ready and w.error is None:
+            self._stream = None
+            w.stop()
+            raise _Failover(f"watch: no answer in {self.timeout} s")
+        return w
 
     def _read_stream(self, w: _WatchStream, body: dict) -> None:
         n = len(self.root)
@@ -302,7 +462,10 @@ class EtcdStore(Store):
             if self._stream is not None:
                 self._stream.stop()
                 self._stream = None
-        self._http.close()
+        with self._lock:
+            for client in self._clients.values():
+                client.close()
+            self._clients.clear()
 
 
 @dataclass(eq=False)
@@ -312,6 +475,7 @@ class _WatchStream:
     prefix: str
     start: int                      # first revision the stream delivers
     consumed: int                   # last revision handed to the caller
+    endpoint: str                   # the member it reads from
     buffer: deque[Event] = field(default_factory=deque)
     error: Exception | None = None
     ready: bool = False             # etcd answered 200

@@ -6,7 +6,9 @@ that records the last revision it applied can resume exactly where it stopped.
 
 Keys under `intent/` hold the desired state (see `crosszone.store.objects`); keys under
 `status/` hold what each agent reports. URLs: `sqlite:///path/file.db` (the default: nothing to
-run), `etcd://host:port` (a cluster, plain http) and `etcds://host:port` (https). An etcd with
+run), `etcd://host:port` (plain http) and `etcds://host:port` (https); a cluster lists its
+members, `etcd://h1:2379,h2:2379,h3:2379`, and the store fails over between them (see
+`crosszone.store.etcd_store`). An etcd with
 authentication takes a user in the URL, `etcd://user@host:port`; its password never goes in a
 URL or on a command line (both show in `ps`): it comes from CROSSZONE_ETCD_PASSWORD or the file
 named by CROSSZONE_ETCD_PASSWORD_FILE. For https, CROSSZONE_ETCD_CA names the CA bundle that
@@ -84,7 +86,8 @@ class Store(ABC):
 
 
 def open_store(url: str, env: Mapping[str, str] | None = None) -> Store:
-    """A store from its URL: sqlite:///path.db, etcd://[user@]host:port or etcds://...
+    """A store from its URL: sqlite:///path.db, etcd://[user@]host:port[,host:port...] or
+    etcds://...
 
     env (default os.environ) supplies the etcd password and TLS files (see the module doc)."""
     if url.startswith("sqlite://"):

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -39,7 +39,7 @@ from pathlib import Path
 
 from crosszone.emulate import deploy, failures, frr
 from crosszone.emulate import state as st
-from crosszone.emulate.stallwatch import StallWatch
+from crosszone.emulate.stallwatch import Stall, StallWatch
 from crosszone.emulate.topology import Endpoint, Plan, StorageNode
 from crosszone.workload.udp_probe import Analysis, Record, analyse
 
@@ -188,6 +188,10 @@ class LogTail:
 # ---- trials ---------------------------------------------------------------------------------
 
 
+#: CPU stalls a trial's timeline lists (shorter ones are ordinary scheduling).
+STALL_REPORT_MS = 50.0
+
+
 @dataclass
 class Trial:
     """The figures of one trial of one event."""
@@ -208,7 +212,8 @@ def _ms(ns: int | None, t0: int) -> float | None:
 
 def _phase(kind: str, event: str, phase: str, streams: dict[str, tuple[Record, Record]],
            interval_ns: int, flows: int, since: int, until: int | None,
-           routes: list[tuple[str, int]], downs: list[tuple[int, str, str]]) -> Trial:
+           routes: list[tuple[str, int]], downs: list[tuple[int, str, str]],
+           stalls: Sequence[Stall] = ()) -> Trial:
     per: dict[str, Analysis] = {name: analyse(tx, rx, interval_ns, flows, since, until)
                                 for name, (tx, rx) in streams.items()}
     in_phase = [(ns, t) for ns, t in routes if t >= since and (until is None or t < until)]
@@ -219,6 +224,9 @@ def _phase(kind: str, event: str, phase: str, streams: dict[str, tuple[Record, R
     last_route = max((t for _ns, t in in_phase), default=None)
     timeline: dict[str, object] = {
         "session_down_ms": [[_ms(t, since), n, r] for t, n, r in downs_in],
+        # CPUs that ran no real-time thread for a while (stallwatch): [cpu, ended at, for ms]
+        "cpu_stalls": [[x.cpu, _ms(x.end_ns, since), round(x.gap_ms, 1)] for x in stalls
+                       if x.end_ns >= since and (until is None or x.end_ns < until)],
         "route_changed_ms": {ns: [_ms(t, since) for n2, t in in_phase if n2 == ns]
                              for ns in sorted({ns for ns, _t in in_phase})},
         "streams": {name: a.to_json() | {
@@ -255,7 +263,7 @@ class Bench:
         tails = [LogTail(ns) for ns in self._route_namespaces()]
         workdir = Path(tempfile.mkdtemp(prefix="czfailover-"))
         try:
-            with watch_routes(self._route_namespaces()) as monitors:
+            with StallWatch() as watch, watch_routes(self._route_namespaces()) as monitors:
                 probe = start_probe(p, p.endpoints[0], p.storage_nodes[0], self.rate,
                                     self.flows, workdir)
                 time.sleep(self.settle_s)
@@ -274,11 +282,12 @@ class Bench:
                   for t, _line in route_events(monitors.get(ns, ""), prefixes)]
         downs = [d for tail in tails for d in session_downs(tail.read())]
         interval = int(1e9 / self.rate)
+        stalls = [x for x in watch.stalls if x.gap_ms >= STALL_REPORT_MS]
         return [
             _phase(kind, event, "failure", streams, interval, self.flows, t_fail, t_repair,
-                   routes, downs),
+                   routes, downs, stalls),
             _phase(kind, event, "recovery", streams, interval, self.flows, t_repair, None,
-                   routes, downs),
+                   routes, downs, stalls),
         ]
 
 

@@ -154,6 +154,7 @@ def build_ops(p: Plan, active: str) -> list[Op]:
         ops += storage.plan_node(p, node)
     ops += frr.start_ops(p.compute_router_ns, frr.router_config(p, "compute"), p.spec)
     ops += frr.start_ops(p.storage_router_ns, frr.router_config(p, "storage"), p.spec)
+    ops += frr.fast_reroute_ops(p, "compute") + frr.fast_reroute_ops(p, "storage")
     for gw in p.gateways:
         # A gateway of a kind that attaches (crosszone) starts silent; it is announced once its
         # fast path is attached.
@@ -167,6 +168,8 @@ def pidfiles(p: Plan) -> list[Path]:
     files = [frr.frr_dir(ns) / f"{d}.pid"
              for ns in [p.compute_router_ns, p.storage_router_ns] + [g.ns for g in p.gateways]
              for d in frr.DAEMONS]
+    if p.spec.fast_reroute.enabled:
+        files += [frr.fast_reroute_pidfile(ns) for ns in (p.compute_router_ns, p.storage_router_ns)]
     return (files + [storage.pidfile(n) for n in p.storage_nodes] + control_plane.pidfiles(p)
             + prometheus.pidfiles(bool(control_plane.gateways(p))))
 

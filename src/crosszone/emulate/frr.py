@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from crosszone.emulate.topology import (
@@ -435,3 +436,43 @@ def kernel_weights(route_json: str) -> dict[str, int]:
                     and "linkdown" not in flags:
                 out[str(nh["dev"])] = int(nh.get("weight", 1))
     return out
+
+
+# ---- the routers' fast reroute (emulate/fastreroute.py) -----------------------------------------
+
+
+#: Above bfdd's: its work per wake-up is a few packets, and its 5 ms ticks are what it times.
+FAST_REROUTE_RT_PRIORITY = 20
+
+
+def fast_reroute_pidfile(ns: str) -> Path:
+    return frr_dir(ns) / "fastreroute.pid"
+
+
+def fast_reroute_ops(p: Plan, side: str) -> list[Op]:
+    """The /32 routes that pin each gateway's echo path both ways, and the daemon of the
+    router on `side` (compute|storage), real-time on bfdd's CPU."""
+    fr = p.spec.fast_reroute
+    if not fr.enabled:
+        return []
+    ns = p.compute_router_ns if side == "compute" else p.storage_router_ns
+    ops: list[Op] = []
+    peers: list[str] = []
+    for gw in p.gateways:
+        dev = f"g{gw.index}"
+        # The far router's address on this gateway's far link, reached through this gateway.
+        far, via = ((gw.storage_peer, gw.compute_addr) if side == "compute"
+                    else (gw.compute_peer, gw.storage_addr))
+        ops.append(in_ns(ns, "ip", "route", "replace", f"{far}/32", "via", via, "dev", dev))
+        peers += ["--peer", f"{dev}={far}"]
+    d = frr_dir(ns)
+    bfd_cpu, _loader = control_cpus()
+    pin = ("taskset", "-c", bfd_cpu) if bfd_cpu else ()
+    ops.append(in_ns(ns, *pin, "chrt", "-f", str(FAST_REROUTE_RT_PRIORITY), sys.executable,
+                     "-m", "crosszone.emulate.fastreroute",
+                     "--daemon", "--pidfile", str(fast_reroute_pidfile(ns)),
+                     "--log", str(d / "fastreroute.log"), "--ns", ns,
+                     "--interval-ms", f"{fr.interval_ms:g}", "--multiplier", str(fr.multiplier),
+                     "--restore-ms", f"{fr.restore_ms:g}", "--dscp", str(p.spec.policy.small_dscp),
+                     *peers))
+    return ops

@@ -72,7 +72,8 @@ def _to_storage(match: str, rewrite: str, track: str) -> list[str]:
     return rules
 
 
-def _table(family: str, pre: list[str], pairs: list[str], policy: list[str]) -> list[str]:
+def _table(family: str, pre: list[str], pairs: list[str], policy: list[str],
+           accept: tuple[str, ...] = ()) -> list[str]:
     return [
         f"table {family} czgw",
         f"delete table {family} czgw",  # idempotent load: the first line creates it if absent
@@ -85,6 +86,7 @@ def _table(family: str, pre: list[str], pairs: list[str], policy: list[str]) -> 
         "  }",
         "  chain gw_forward {",
         "    type filter hook forward priority filter; policy accept;",
+        *accept,
         "    iifname . oifname vmap { " + ", ".join(pairs) + " }",
         '    counter name "dropped" drop',
         "  }",
@@ -129,7 +131,10 @@ def nft_ruleset(p: Plan) -> str:
             )
             pairs6 += [f'"{dev}" . "s0" : accept', f'"s0" . "{dev}" : accept']
     on = p.spec.policy.enabled
-    lines = _table("ip", pre, pairs, _policy_chain("ip", p) if on else [])
+    # The routers' fast-reroute echoes cross every gateway between its two links.
+    echo = ('    iifname . oifname { "c0" . "s0", "s0" . "c0" } '
+            "icmp type { echo-request, echo-reply } accept",) if p.spec.fast_reroute.enabled else ()
+    lines = _table("ip", pre, pairs, _policy_chain("ip", p) if on else [], echo)
     if pre6:
         lines += _table("ip6", pre6, pairs6, _policy_chain("ip6", p) if on else [])
     return "\n".join(lines + [""])

@@ -141,11 +141,23 @@ class StorageSpec(_Strict):
 
 
 class BfdSpec(_Strict):
-    # 30 ms x 5. 10 ms x 3 detects in 30 ms, but FRR's bfdd then took 15 to 35 % of a CPU per
-    # daemon (six per emulation), the 2-core box starved and sessions flapped: see
-    # docs/emulate.md, "Failover". A deployment with BFD in hardware runs 10 ms x 3.
-    interval_ms: int = Field(default=30, ge=10, le=10_000)
+    # 100 ms x 5: BGP session liveness only. The routers' fast reroute (FastRerouteSpec) moves
+    # traffic off a failed gateway in ~25 ms, so BFD need not be fast, and a user-space bfdd on
+    # a loaded 2-core box flapped at 30 ms x 5 (every session down at once whenever bfdd's CPU
+    # froze for 150 ms) and starved the box at 10 ms x 3: docs/emulate.md, "Failover".
+    interval_ms: int = Field(default=100, ge=10, le=10_000)
     multiplier: int = Field(default=5, ge=2, le=255)
+
+
+class FastRerouteSpec(_Strict):
+    """The routers' fast reroute (emulate/fastreroute.py): an ICMP echo across each gateway every
+    `interval_ms`; `multiplier` unanswered in a row take the gateway out of the routers' kernel
+    routes before BFD and BGP converge."""
+
+    enabled: bool = True
+    interval_ms: float = Field(default=5.0, ge=1.0, le=1000.0)
+    multiplier: int = Field(default=4, ge=2, le=255)
+    restore_ms: float = Field(default=500.0, ge=0.0, le=60_000.0)
 
 
 class TopologySpec(_Strict):
@@ -159,6 +171,7 @@ class TopologySpec(_Strict):
     anycast_vtep: ipaddress.IPv4Address = ipaddress.IPv4Address("10.0.0.100")
     active: str = Field(default_factory=kinds.default)  # a switch target (kinds.switch_targets)
     bfd: BfdSpec = BfdSpec()
+    fast_reroute: FastRerouteSpec = FastRerouteSpec()
     # MTU of the compute-zone links that carry VXLAN; everything inside a VPC and the storage
     # zone gets 50 bytes less (the outer headers), e.g. 9000 -> 8950.
     underlay_mtu: int = Field(default=UNDERLAY_MTU, ge=1330, le=9000)

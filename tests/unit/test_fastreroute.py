@@ -1,0 +1,143 @@
+"""The routers' fast reroute: when it takes a gateway out, when it puts it back, what it edits."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from crosszone.emulate.fastreroute import Detector, Peer, Routes, echo_request, parse_reply
+
+I, M = 0.005, 4  # 5 ms, down after 4 unanswered
+
+
+def _det(n: int = 2) -> Detector:
+    d = Detector([Peer(f"g{i}", f"10.0.{i}.1", 100 + i) for i in range(1, n + 1)], I, M, 0.5)
+    d.start(0.0)
+    return d
+
+
+def _run(d: Detector, t0: float, t1: float, answer: set[int]) -> list[tuple[float, str, str]]:
+    """Ticks from t0 to t1; the peers in `answer` (idents) answer each echo before the next."""
+    out, t = [], t0
+    while t < t1 - 1e-9:
+        for ident in answer:
+            d.reply(ident, t)
+        out += [(t, what, p.dev) for what, p in d.tick(t)]
+        t = round(t + I, 6)
+    return out
+
+
+def test_answering_gateways_stay_in() -> None:
+    d = _det()
+    assert _run(d, 0.0, 2.0, {101, 102}) == []
+
+
+def test_a_silent_gateway_goes_out_after_multiplier_unanswered_echoes_and_not_before() -> None:
+    d = _det()
+    assert _run(d, 0.0, 1.0, {101, 102}) == []
+    ev = _run(d, 1.0, 1.2, {102})  # g1 stops answering at 1.0
+    assert [(w, g) for _t, w, g in ev] == [("down", "g1")]
+    # its last answer was read at 1.0 (the echo sent at 0.995): 4 echoes unanswered by 1.02
+    assert ev[0][0] == pytest.approx(1.0 + M * I, abs=I / 2)
+
+
+def test_a_stall_of_the_prober_itself_takes_nothing_down() -> None:
+    """No tick for 400 ms (the CPU froze); on waking the queued answers are read first."""
+    d = _det()
+    _run(d, 0.0, 1.0, {101, 102})
+    for ident in (101, 102):
+        d.reply(ident, 1.4)
+    assert d.tick(1.4) == [] and d.late_ticks == 1
+    assert _run(d, 1.405, 1.6, {101, 102}) == []
+
+
+def test_a_gateway_comes_back_after_unbroken_answers_for_restore() -> None:
+    d = _det()
+    _run(d, 0.0, 0.5, {101, 102})
+    assert [w for _t, w, _g in _run(d, 0.5, 0.6, {102})] == ["down"]
+    # answers again, but one gap of 3 echoes in the middle restarts the 0.5 s count
+    assert _run(d, 0.6, 0.9, {101, 102}) == []
+    assert _run(d, 0.9, 0.915, {102}) == []
+    ev = _run(d, 0.915, 2.0, {101, 102})
+    assert [(w, g) for _t, w, g in ev] == [("up", "g1")]
+    assert ev[0][0] >= 0.915 + 0.5
+
+
+def test_echo_request_is_a_valid_icmp_echo_and_replies_parse() -> None:
+    pkt = echo_request(0xC201, 7)
+    assert pkt[0] == 8 and int.from_bytes(pkt[4:6], "big") == 0xC201
+    s = sum(int.from_bytes(pkt[i:i + 2], "big") for i in range(0, len(pkt), 2))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    assert s == 0xFFFF  # the checksum covers the message
+    ip = bytes([0x45]) + bytes(19)
+    reply = bytes([0, 0]) + pkt[2:]
+    assert parse_reply(ip + reply) == 0xC201
+    assert parse_reply(ip + pkt) is None  # a request is not an answer
+    assert parse_reply(b"\x45" + bytes(10)) is None  # cut short
+
+
+# ---- the routes, in a private namespace ----------------------------------------------------
+
+
+def _ip(ns: str, *argv: str) -> str:
+    return subprocess.run(["ip", "-n", ns, *argv], check=True, capture_output=True,
+                          text=True).stdout
+
+
+@pytest.fixture
+def ns() -> Iterator[str]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root (a network namespace)")
+    name = f"czfrr-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        for i in (1, 2, 3):
+            _ip(name, "link", "add", f"g{i}", "type", "veth", "peer", "name", f"p{i}")
+            _ip(name, "addr", "add", f"10.99.{i}.1/24", "dev", f"g{i}")
+            _ip(name, "-6", "addr", "add", f"fd99:{i}::1/64", "dev", f"g{i}", "nodad")
+            for dev in (f"g{i}", f"p{i}"):
+                _ip(name, "link", "set", dev, "up")
+        _ip(name, "route", "add", "10.123.0.0/16", "proto", "bgp", "metric", "20",
+            "nexthop", "via", "10.99.1.2", "dev", "g1", "weight", "1",
+            "nexthop", "via", "10.99.2.2", "dev", "g2", "weight", "3",
+            "nexthop", "via", "10.99.3.2", "dev", "g3", "weight", "1")
+        _ip(name, "-6", "route", "add", "fd64:a::/64", "proto", "bgp", "metric", "20",
+            "nexthop", "via", "fd99:1::2", "dev", "g1", "nexthop", "via", "fd99:2::2", "dev", "g2")
+        _ip(name, "route", "add", "10.124.0.0/16", "via", "10.99.1.2", "dev", "g1",
+            "proto", "bgp", "metric", "20")
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def _hops(ns: str, prefix: str, six: bool = False) -> set[str]:
+    out = _ip(ns, *(["-6"] if six else []), "route", "show", prefix)
+    return {w for line in out.splitlines() for w in line.split() if w.startswith("g")}
+
+
+def test_drop_takes_the_gateway_out_of_every_route_but_a_last_hop_and_restore_puts_it_back(
+        ns: str) -> None:
+    r = Routes(ns)
+    try:
+        g1, g2 = r.ifindex("g1"), r.ifindex("g2")
+        assert r.drop(g1) == 2  # the IPv4 and IPv6 multipath routes; 10.124/16 has no other hop
+        assert _hops(ns, "10.123.0.0/16") == {"g2", "g3"}
+        assert "weight 3" in _ip(ns, "route", "show", "10.123.0.0/16")  # weights kept
+        assert _hops(ns, "fd64:a::/64", six=True) == {"g2"}
+        assert _hops(ns, "10.124.0.0/16") == {"g1"}
+        assert "proto bgp metric 20" in _ip(ns, "route", "show", "10.123.0.0/16")
+        # zebra no longer has g1 for the IPv6 prefix (BGP withdrew it meanwhile): not put back
+        assert r.restore(g1, lambda key: key.startswith(f"{socket.AF_INET}/")) == 1
+        assert _hops(ns, "10.123.0.0/16") == {"g1", "g2", "g3"}
+        assert _hops(ns, "fd64:a::/64", six=True) == {"g2"}
+        assert r.removed == {}
+        assert r.drop(g2) == 1 and _hops(ns, "10.123.0.0/16") == {"g1", "g3"}
+        assert r.drop(g2) == 0  # idempotent
+    finally:
+        r.close()

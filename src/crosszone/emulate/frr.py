@@ -441,8 +441,10 @@ def kernel_weights(route_json: str) -> dict[str, int]:
 # ---- the routers' fast reroute (emulate/fastreroute.py) -----------------------------------------
 
 
-#: Above bfdd's: its work per wake-up is a few packets, and its 5 ms ticks are what it times.
-FAST_REROUTE_RT_PRIORITY = 20
+#: Real-time, so its 5 ms ticks are kept on a busy box, but below bfdd's: a gateway's return
+#: sets off bursts of route work (netlink dumps in Python), and at priority 20 those held bfdd off
+#: CPU 0 long enough for every BFD session of the router to go down at once.
+FAST_REROUTE_RT_PRIORITY = 5
 
 
 def fast_reroute_pidfile(ns: str) -> Path:

@@ -142,3 +142,18 @@ def test_control_plane_ports_follow_the_instance(plan: topology.Plan) -> None:
         int(control_plane.agent_metrics(g).rsplit(":", 1)[1]) for g in gws]
     assert len(set(ports)) == len(ports)
     assert all(1024 < p < 65536 for p in ports)
+
+
+def test_careful_legacy_floats_static_routes_under_bgp(plan: topology.Plan) -> None:
+    gw = plan.gateways_of("legacy")[0]
+    on = [op.argv for op in legacy_gateway.floating_route_ops(plan, gw, True)]
+    dsts = {argv[argv.index("replace") + 1] for argv in on}
+    assert dsts == {f"10.1.{h.index}.0/24" for h in plan.hosts} | {
+        str(plan.spec.storage.subnet), str(plan.spec.storage.subnet6)}
+    for argv in on:
+        assert argv[:4] == ("ip", "netns", "exec", gw.ns)
+        assert argv[-2:] == ("metric", str(legacy_gateway.FLOATING_METRIC))
+        via = argv[argv.index("via") + 1]
+        assert via in (gw.compute_peer, gw.storage_peer, gw.storage_peer6)
+    off = legacy_gateway.floating_route_ops(plan, gw, False)
+    assert all("del" in op.argv and not op.check for op in off) and len(off) == len(on)

@@ -234,7 +234,10 @@ def _running_deployment() -> Deployment:
 
 def bench_failover(
     as_json: bool = typer.Option(True, "--json/--no-json", help="JSON lines (the only format)."),
-    kinds: str = typer.Option("legacy,crosszone", help="Gateway kinds, comma-separated."),
+    kinds: str = typer.Option(
+        "legacy,legacy-careful,crosszone",
+        help="Gateway kinds, comma-separated; legacy-careful is the legacy gateways with a "
+             "careful operator's floating static routes (docs/emulate.md)."),
     events: str = typer.Option("all", help="Events, comma-separated (default: all)."),
     trials: int = typer.Option(5, min=1, help="Trials per (kind, event)."),
     rate: float = typer.Option(6000.0, min=100.0,
@@ -249,8 +252,9 @@ def bench_failover(
     from crosszone.emulate import kinds as gw_kinds
 
     dep = _running_deployment()
-    chosen = _csv(kinds, tuple(gw_kinds.registry()), "unknown kind")
-    missing = [k for k in chosen if not dep.plan.gateways_of(k)]
+    chosen = _csv(kinds, (*gw_kinds.registry(), failover.LEGACY_CAREFUL), "unknown kind")
+    missing = [k for k in chosen
+               if not dep.plan.gateways_of("legacy" if k == failover.LEGACY_CAREFUL else k)]
     if missing:
         raise typer.BadParameter(f"no {', '.join(missing)} gateways in this deployment")
     evs = list(failures.EVENTS) if events == "all" else _csv(events, failures.EVENTS,

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from crosszone.emulate import deploy, failures, frr
+from crosszone.emulate import deploy, failures, frr, legacy_gateway
 from crosszone.emulate import state as st
 from crosszone.emulate.stallwatch import Stall, StallWatch
 from crosszone.emulate.topology import Endpoint, Plan, StorageNode
@@ -306,28 +306,55 @@ def summarise(kind: str, event: str, trials: list[Trial]) -> dict[str, object]:
     }
 
 
+#: The legacy baseline as a careful operator configures it (legacy_gateway.floating_route_ops).
+LEGACY_CAREFUL = "legacy-careful"
+
+
+@contextmanager
+def _configured(dep: deploy.Deployment, kind: str) -> Iterator[str]:
+    """The gateway kind to fail for `kind`; `legacy-careful` adds the floating static routes to
+    every legacy gateway for the block's duration."""
+    if kind != LEGACY_CAREFUL:
+        yield kind
+        return
+    gws = dep.plan.gateways_of("legacy")
+    for gw in gws:
+        dep.ex.apply(legacy_gateway.floating_route_ops(dep.plan, gw, True))
+    try:
+        yield "legacy"
+    finally:
+        for gw in gws:
+            dep.ex.apply(legacy_gateway.floating_route_ops(dep.plan, gw, False))
+
+
 def run(b: Bench, kinds: list[str], events: list[str], trials: int, emit: Emit,
         detail: Emit | None = None) -> None:
     """Every (kind, event) `trials` times; one summary line each, recovery rows last per kind."""
     for kind in kinds:
-        b.dep.switch(kind, log=lambda _s: None)
-        recovery: list[Trial] = []
-        for event in events:
-            failed: list[Trial] = []
-            for n in range(trials):
-                fail, rec = b.trial(kind, event)
-                failed.append(fail)
-                recovery.append(rec)
-                if detail:
-                    for t in (fail, rec):
-                        detail(json.dumps({"kind": kind, "event": event, "phase": t.phase,
-                                           "trial": n, "lost": t.lost,
-                                           "loss_window_ms": round(t.window_ms, 2),
-                                           "detect_ms": t.detect_ms, "fib_ms": t.fib_ms,
-                                           **t.timeline}))
-            emit(json.dumps(summarise(kind, event, failed)))
-        if recovery:
-            emit(json.dumps(summarise(kind, "recovery", recovery)))
+        with _configured(b.dep, kind) as gw_kind:
+            _run_kind(b, kind, gw_kind, events, trials, emit, detail)
+
+
+def _run_kind(b: Bench, kind: str, gw_kind: str, events: list[str], trials: int, emit: Emit,
+              detail: Emit | None) -> None:
+    b.dep.switch(gw_kind, log=lambda _s: None)
+    recovery: list[Trial] = []
+    for event in events:
+        failed: list[Trial] = []
+        for n in range(trials):
+            fail, rec = b.trial(gw_kind, event)
+            failed.append(fail)
+            recovery.append(rec)
+            if detail:
+                for t in (fail, rec):
+                    detail(json.dumps({"kind": kind, "event": event, "phase": t.phase,
+                                       "trial": n, "lost": t.lost,
+                                       "loss_window_ms": round(t.window_ms, 2),
+                                       "detect_ms": t.detect_ms, "fib_ms": t.fib_ms,
+                                       **t.timeline}))
+        emit(json.dumps(summarise(kind, event, failed)))
+    if recovery:
+        emit(json.dumps(summarise(kind, "recovery", recovery)))
 
 
 # ---- planned switches: false BFD flaps --------------------------------------------------------

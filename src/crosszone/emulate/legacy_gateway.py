@@ -21,9 +21,11 @@ userspace, one nftables pass per packet, kernel GRO/GSO on every veth.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from pathlib import Path
 
+from crosszone.emulate.frr import GATEWAY_COMPUTE_DEV, GATEWAY_STORAGE_DEV
 from crosszone.emulate.kinds import DeployError
 from crosszone.emulate.topology import VXLAN_PORT, Gateway, Plan, router_mac, vxlan_name
 from crosszone.linux.netns import Executor, Op, in_ns
@@ -244,3 +246,26 @@ class LegacyGateway:
 
 
 KIND = LegacyGateway()
+
+
+#: Metric of the careful operator's floating static routes: BGP's routes (metric 20) win
+#: whenever they are there.
+FLOATING_METRIC = 250
+
+
+def floating_route_ops(p: Plan, gw: Gateway, on: bool) -> list[Op]:
+    """The careful operator's legacy gateway: floating static routes to what it forwards to
+    (every host's VTEP subnet via the compute router, the storage subnets via the storage
+    router), so that a gateway whose link comes back forwards at once instead of dropping until
+    BGP has taught it those routes again. Measured by `bench failover --kinds legacy-careful`:
+    as configured, a legacy gateway announces itself (its anchors and addresses come back with
+    the link) about a second before its BGP sessions have brought those routes back."""
+    s = p.spec.storage
+    routes = [(str(ipaddress.ip_interface(f"{h.vtep}/24").network), gw.compute_peer,
+               GATEWAY_COMPUTE_DEV) for h in p.hosts]
+    routes.append((str(s.subnet), gw.storage_peer, GATEWAY_STORAGE_DEV))
+    if gw.storage_peer6:
+        routes.append((str(s.subnet6), gw.storage_peer6, GATEWAY_STORAGE_DEV))
+    verb = "replace" if on else "del"
+    return [in_ns(gw.ns, "ip", "route", verb, dst, "via", via, "dev", dev,
+                  "metric", str(FLOATING_METRIC), check=on) for dst, via, dev in routes]

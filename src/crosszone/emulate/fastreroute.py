@@ -320,7 +320,9 @@ def run(peers: list[Peer], interval_s: float, multiplier: int, restore_s: float,
         for what, p in det.tick(now):
             if what == "down":
                 n = routes.drop(index[p.dev])
-                _log(f"{p.dev} down ({multiplier} echoes unanswered): out of {n} routes")
+                _log(f"{p.dev} down ({multiplier} echoes unanswered, last answer "
+                     f"{(now - p.last_reply) * 1000:.1f} ms ago): out of {n} routes in "
+                     f"{(time.monotonic() - now) * 1000:.1f} ms")
             else:
                 pending.append(p)
         if pending and checking is None:

@@ -146,14 +146,15 @@ def test_control_plane_ports_follow_the_instance(plan: topology.Plan) -> None:
 
 def test_careful_legacy_floats_static_routes_under_bgp(plan: topology.Plan) -> None:
     gw = plan.gateways_of("legacy")[0]
-    on = [op.argv for op in legacy_gateway.floating_route_ops(plan, gw, True)]
-    dsts = {argv[argv.index("replace") + 1] for argv in on}
-    assert dsts == {f"10.1.{h.index}.0/24" for h in plan.hosts} | {
-        str(plan.spec.storage.subnet), str(plan.spec.storage.subnet6)}
-    for argv in on:
-        assert argv[:4] == ("ip", "netns", "exec", gw.ns)
-        assert argv[-2:] == ("metric", str(legacy_gateway.FLOATING_METRIC))
-        via = argv[argv.index("via") + 1]
-        assert via in (gw.compute_peer, gw.storage_peer, gw.storage_peer6)
-    off = legacy_gateway.floating_route_ops(plan, gw, False)
-    assert all("del" in op.argv and not op.check for op in off) and len(off) == len(on)
+    (on,) = legacy_gateway.floating_route_ops(plan, gw, True)
+    (off,) = legacy_gateway.floating_route_ops(plan, gw, False)
+    lines = [on.argv[i + 1] for i, a in enumerate(on.argv) if a == "-c"]
+    assert on.argv[:3] == ("vtysh", "--vty_socket", str(frr.frr_dir(gw.ns)))
+    assert lines[0] == "configure terminal" and lines[-1] == "end"
+    routes = lines[1:-1]
+    d = legacy_gateway.FLOATING_DISTANCE
+    assert routes == [f"ip route 10.1.{h.index}.0/24 {gw.compute_peer} {d}" for h in plan.hosts] + [
+        f"ip route {plan.spec.storage.subnet} {gw.storage_peer} {d}",
+        f"ipv6 route {plan.spec.storage.subnet6} {gw.storage_peer6} {d}"]
+    undo = [off.argv[i + 1] for i, a in enumerate(off.argv) if a == "-c"][1:-1]
+    assert undo == [f"no {r}" for r in routes] and not off.check

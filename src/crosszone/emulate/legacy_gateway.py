@@ -25,10 +25,10 @@ import ipaddress
 import json
 from pathlib import Path
 
-from crosszone.emulate.frr import GATEWAY_COMPUTE_DEV, GATEWAY_STORAGE_DEV
+from crosszone.emulate.frr import vtysh
 from crosszone.emulate.kinds import DeployError
 from crosszone.emulate.topology import VXLAN_PORT, Gateway, Plan, router_mac, vxlan_name
-from crosszone.linux.netns import Executor, Op, in_ns
+from crosszone.linux.netns import Cmd, Executor, Op, in_ns
 
 __all__ = ["KIND", "VXLAN_PORT", "dropped_packets", "nft_ruleset", "plan_legacy", "policy_ops",
            "vxlan_name"]
@@ -248,24 +248,26 @@ class LegacyGateway:
 KIND = LegacyGateway()
 
 
-#: Metric of the careful operator's floating static routes: BGP's routes (metric 20) win
-#: whenever they are there.
-FLOATING_METRIC = 250
+#: Administrative distance of the careful operator's floating static routes: BGP's routes
+#: (eBGP, 20) win whenever they are there.
+FLOATING_DISTANCE = 250
 
 
 def floating_route_ops(p: Plan, gw: Gateway, on: bool) -> list[Op]:
-    """The careful operator's legacy gateway: floating static routes to what it forwards to
-    (every host's VTEP subnet via the compute router, the storage subnets via the storage
-    router), so that a gateway whose link comes back forwards at once instead of dropping until
-    BGP has taught it those routes again. Measured by `bench failover --kinds legacy-careful`:
-    as configured, a legacy gateway announces itself (its anchors and addresses come back with
-    the link) about a second before its BGP sessions have brought those routes back."""
+    """The careful operator's legacy gateway: floating static routes (staticd, distance 250) to
+    what it forwards to (every host's VTEP subnet via the compute router, the storage subnets
+    via the storage router), so that a gateway whose link comes back forwards at once instead of
+    dropping until BGP has taught it those routes again. They go through FRR, not `ip route`:
+    zebra takes a kernel route it did not make as distance 0, prefers it to BGP's, and did not
+    put BGP's back when the kernel route went (a first try with metric-250 kernel routes left
+    the legacy gateways without routes). Measured by `bench failover --kinds legacy-careful`."""
     s = p.spec.storage
-    routes = [(str(ipaddress.ip_interface(f"{h.vtep}/24").network), gw.compute_peer,
-               GATEWAY_COMPUTE_DEV) for h in p.hosts]
-    routes.append((str(s.subnet), gw.storage_peer, GATEWAY_STORAGE_DEV))
+    routes = [f"ip route {ipaddress.ip_interface(f'{h.vtep}/24').network} {gw.compute_peer}"
+              for h in p.hosts]
+    routes.append(f"ip route {s.subnet} {gw.storage_peer}")
     if gw.storage_peer6:
-        routes.append((str(s.subnet6), gw.storage_peer6, GATEWAY_STORAGE_DEV))
-    verb = "replace" if on else "del"
-    return [in_ns(gw.ns, "ip", "route", verb, dst, "via", via, "dev", dev,
-                  "metric", str(FLOATING_METRIC), check=on) for dst, via, dev in routes]
+        routes.append(f"ipv6 route {s.subnet6} {gw.storage_peer6}")
+    no = "" if on else "no "
+    cmd = vtysh(gw.ns, "configure terminal",
+                *[f"{no}{r} {FLOATING_DISTANCE}" for r in routes], "end")
+    return [Cmd(cmd.argv, check=on)]

@@ -236,8 +236,8 @@ def bench_failover(
     as_json: bool = typer.Option(True, "--json/--no-json", help="JSON lines (the only format)."),
     kinds: str = typer.Option(
         "legacy,crosszone",
-        help="Gateway kinds, comma-separated; legacy-careful is the legacy gateways with "
-             "floating static routes (docs/emulate.md: it measured worse)."),
+        help="Gateway kinds, comma-separated; legacy-careful is the legacy gateways with a "
+             "careful operator's floating static routes (docs/emulate.md)."),
     events: str = typer.Option("all", help="Events, comma-separated (default: all)."),
     trials: int = typer.Option(5, min=1, help="Trials per (kind, event)."),
     rate: float = typer.Option(6000.0, min=100.0,

@@ -12,11 +12,11 @@ import pytest
 
 from crosszone.emulate.fastreroute import Detector, Peer, Routes, echo_request, parse_reply
 
-I, M = 0.005, 4  # 5 ms, down after 4 unanswered
+IV, M = 0.005, 4  # 5 ms, down after 4 unanswered
 
 
 def _det(n: int = 2) -> Detector:
-    d = Detector([Peer(f"g{i}", f"10.0.{i}.1", 100 + i) for i in range(1, n + 1)], I, M, 0.5)
+    d = Detector([Peer(f"g{i}", f"10.0.{i}.1", 100 + i) for i in range(1, n + 1)], IV, M, 0.5)
     d.start(0.0)
     return d
 
@@ -28,7 +28,7 @@ def _run(d: Detector, t0: float, t1: float, answer: set[int]) -> list[tuple[floa
         for ident in answer:
             d.reply(ident, t)
         out += [(t, what, p.dev) for what, p in d.tick(t)]
-        t = round(t + I, 6)
+        t = round(t + IV, 6)
     return out
 
 
@@ -43,7 +43,7 @@ def test_a_silent_gateway_goes_out_after_multiplier_unanswered_echoes_and_not_be
     ev = _run(d, 1.0, 1.2, {102})  # g1 stops answering at 1.0
     assert [(w, g) for _t, w, g in ev] == [("down", "g1")]
     # its last answer was read at 1.0 (the echo sent at 0.995): 4 echoes unanswered by 1.02
-    assert ev[0][0] == pytest.approx(1.0 + M * I, abs=I / 2)
+    assert ev[0][0] == pytest.approx(1.0 + M * IV, abs=IV / 2)
 
 
 def test_a_stall_of_the_prober_itself_takes_nothing_down() -> None:
@@ -139,5 +139,12 @@ def test_drop_takes_the_gateway_out_of_every_route_but_a_last_hop_and_restore_pu
         assert r.removed == {}
         assert r.drop(g2) == 1 and _hops(ns, "10.123.0.0/16") == {"g1", "g3"}
         assert r.drop(g2) == 0  # idempotent
+        # the routes are kept between decisions; a change the kernel reports is read again
+        r.warm()
+        _ip(ns, "-6", "route", "replace", "fd64:a::/64", "proto", "bgp", "metric", "20",
+            "nexthop", "via", "fd99:2::2", "dev", "g2", "nexthop", "via", "fd99:3::2", "dev", "g3")
+        r.invalidate()
+        assert r.drop(r.ifindex("g3")) == 2
+        assert _hops(ns, "fd64:a::/64", six=True) == {"g2"} and _hops(ns, "10.123.0.0/16") == {"g1"}
     finally:
         r.close()

@@ -163,13 +163,29 @@ class Routes:
         from pyroute2 import IPRoute, NetNS  # netlink without a subprocess per route
 
         self.ipr = NetNS(netns) if netns else IPRoute()
+        # The routes as last read; None once the kernel reported a change (`invalidate`), so a
+        # decision edits from a fresh read and the common case needs no dump at that moment.
+        self._cache: list[tuple[Any, list[tuple[int, str | None, int]]]] | None = None
         # route key -> {ifindex: (gateway address, weight)} of the next hops taken out
         self.removed: dict[str, dict[int, tuple[str | None, int]]] = {}
 
     def ifindex(self, dev: str) -> int:
         return int(self.ipr.link_lookup(ifname=dev)[0])
 
+    def invalidate(self) -> None:
+        """The kernel's routes changed (a netlink notification): read them again next time."""
+        self._cache = None
+
+    def warm(self) -> None:
+        """Read the routes now if they are not cached, so that the next decision need not."""
+        self._multipath()
+
     def _multipath(self) -> list[tuple[Any, list[tuple[int, str | None, int]]]]:
+        if self._cache is None:
+            self._cache = self._dump()
+        return self._cache
+
+    def _dump(self) -> list[tuple[Any, list[tuple[int, str | None, int]]]]:
         out = []
         for family in (socket.AF_INET, socket.AF_INET6):
             for r in self.ipr.get_routes(family=family, table=254):
@@ -198,13 +214,14 @@ class Routes:
         else:
             kw["multipath"] = [{"oif": o, "hops": w, **({"gateway": g} if g else {})}
                                for o, g, w in hops]
+        self._cache = None  # read back (and notified) after our own change too
         self.ipr.route("replace", **kw)
 
     def drop(self, ifindex: int) -> int:
         """Take next hops through `ifindex` out of every route that has others; how many
         routes changed."""
         changed = 0
-        for r, hops in self._multipath():
+        for r, hops in list(self._multipath()):
             keep = [h for h in hops if h[0] != ifindex]
             if len(keep) == len(hops) or not keep:
                 continue
@@ -218,7 +235,7 @@ class Routes:
     def restore(self, ifindex: int, wanted: Callable[[str], bool]) -> int:
         """Put next hops through `ifindex` back where zebra still has them (`wanted(key)`)."""
         changed = 0
-        for r, hops in self._multipath():
+        for r, hops in list(self._multipath()):
             key = _key(r)
             gone = self.removed.get(key, {}).get(ifindex)
             if gone is None or any(h[0] == ifindex for h in hops) or not wanted(key):
@@ -281,6 +298,7 @@ def run(peers: list[Peer], interval_s: float, multiplier: int, restore_s: float,
     echoes = [(echo_request(p.ident, 0), (p.target, 0)) for p in peers]
     det = Detector(peers, interval_s, multiplier, restore_s)
     det.start(time.monotonic())
+    routes.warm()
     rewritten, last_redrop = False, 0.0  # zebra wrote routes; when we last corrected them
     pending: list[Peer] = []  # up, waiting for the RIB check
     checking: threading.Thread | None = None
@@ -309,12 +327,14 @@ def run(peers: list[Peer], interval_s: float, multiplier: int, restore_s: float,
                 det.reply(ident, now)
         if monitor in readable:
             monitor.get()  # what changed is read back below, at most every REDROP_S
+            routes.invalidate()
             rewritten = True
         if rewritten and now - last_redrop >= REDROP_S:
             rewritten, last_redrop = False, now
             for p in peers:
                 if p.down and routes.drop(index[p.dev]):
                     _log(f"{p.dev} written back into a route while out: taken out again")
+            routes.warm()
         if now < det.next_tick:
             continue
         for what, p in det.tick(now):

@@ -213,7 +213,7 @@ def _ms(ns: int | None, t0: int) -> float | None:
 def _phase(kind: str, event: str, phase: str, streams: dict[str, tuple[Record, Record]],
            interval_ns: int, flows: int, since: int, until: int | None,
            routes: list[tuple[str, int]], downs: list[tuple[int, str, str]],
-           stalls: Sequence[Stall] = ()) -> Trial:
+           stalls: Sequence[Stall]) -> Trial:
     per: dict[str, Analysis] = {name: analyse(tx, rx, interval_ns, flows, since, until)
                                 for name, (tx, rx) in streams.items()}
     in_phase = [(ns, t) for ns, t in routes if t >= since and (until is None or t < until)]

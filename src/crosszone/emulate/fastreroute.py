@@ -147,6 +147,11 @@ def parse_reply(packet: bytes) -> int | None:
 # ---- routes ------------------------------------------------------------------------------------
 
 
+#: Route protocols a single-hop route may have without being a routing protocol's (kernel,
+#: boot, static: connected subnets and the echo paths' /32s), never edited.
+_NOT_ROUTING = (2, 3, 4)
+
+
 def _hop(h: Any) -> tuple[int, str | None, int]:
     return int(h["oif"]), h.get_attr("RTA_GATEWAY"), int(h["hops"])
 
@@ -192,7 +197,7 @@ class Routes:
                 mp = r.get_attr("RTA_MULTIPATH")
                 if mp:
                     out.append((r, [_hop(h) for h in mp]))
-                elif r.get_attr("RTA_OIF") is not None and r["proto"] not in (2, 3, 4):
+                elif r.get_attr("RTA_OIF") is not None and r["proto"] not in _NOT_ROUTING:
                     out.append((r, [(int(r.get_attr("RTA_OIF")), r.get_attr("RTA_GATEWAY"),
                                      0)]))
         return out

@@ -261,11 +261,15 @@ def _priority(daemon: str) -> tuple[str, ...]:
     priority: given SCHED_FIFO 5, a router's bgpd took 90 % of a CPU through a run of planned
     switches and starved the box (load average 96); a real-time daemon that can be busy for
     long is worse than a late one."""
-    if daemon != "bfdd":
-        return ()
+    return realtime_on_bfd_cpu(BFDD_RT_PRIORITY) if daemon == "bfdd" else ()
+
+
+def realtime_on_bfd_cpu(priority: int) -> tuple[str, ...]:
+    """The `taskset`/`chrt` prefix that runs a command at SCHED_FIFO `priority` on bfdd's CPU
+    (`control_cpus`; no pinning on a one-CPU box)."""
     bfd_cpu, _loader = control_cpus()
     pin = ("taskset", "-c", bfd_cpu) if bfd_cpu else ()
-    return (*pin, "chrt", "-f", str(BFDD_RT_PRIORITY))
+    return (*pin, "chrt", "-f", str(priority))
 
 
 def start_ops(ns: str, config: str, spec: TopologySpec) -> list[Op]:
@@ -468,9 +472,7 @@ def fast_reroute_ops(p: Plan, side: str) -> list[Op]:
         ops.append(in_ns(ns, "ip", "route", "replace", f"{far}/32", "via", via, "dev", dev))
         peers += ["--peer", f"{dev}={far}"]
     d = frr_dir(ns)
-    bfd_cpu, _loader = control_cpus()
-    pin = ("taskset", "-c", bfd_cpu) if bfd_cpu else ()
-    ops.append(in_ns(ns, *pin, "chrt", "-f", str(FAST_REROUTE_RT_PRIORITY), sys.executable,
+    ops.append(in_ns(ns, *realtime_on_bfd_cpu(FAST_REROUTE_RT_PRIORITY), sys.executable,
                      "-m", "crosszone.emulate.fastreroute",
                      "--daemon", "--pidfile", str(fast_reroute_pidfile(ns)),
                      "--log", str(d / "fastreroute.log"), "--ns", ns,

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from crosszone.emulate.fastreroute import Detector, Peer, Routes, echo_request, parse_reply
+from crosszone.emulate.fastreroute import Detector, Peer, echo_request, parse_reply
+from crosszone.emulate.multipath_routes import Routes
 
 IV, M = 0.005, 4  # 5 ms, down after 4 unanswered
 
@@ -148,3 +149,59 @@ def test_drop_takes_the_gateway_out_of_every_route_but_a_last_hop_and_restore_pu
         assert _hops(ns, "fd64:a::/64", six=True) == {"g2"} and _hops(ns, "10.123.0.0/16") == {"g1"}
     finally:
         r.close()
+
+
+def test_one_decision_over_many_routes_changes_each_and_reports_the_refused(ns: str) -> None:
+    """Every changed route goes out in one datagram; a route the kernel refuses is named."""
+    for i in range(40):
+        _ip(ns, "route", "add", f"10.200.{i}.0/24", "proto", "bgp", "metric", "20",
+            "nexthop", "via", "10.99.1.2", "dev", "g1", "nexthop", "via", "10.99.2.2", "dev", "g2")
+    r = Routes(ns)
+    try:
+        g1 = r.ifindex("g1")
+        assert r.drop(g1) == 42 and r.errors == []  # 40 + 10.123/16 + fd64:a::/64
+        assert all(_hops(ns, f"10.200.{i}.0/24") == {"g2"} for i in range(40))
+        # g2's link goes away under the cached routes: the kernel refuses those replaces
+        r.warm()
+        _ip(ns, "link", "set", "g2", "down")
+        assert r.restore(g1, lambda key: True) == 0  # every route has g2, which is down
+        assert len(r.errors) == 42, r.errors  # IPv4: ENETUNREACH, IPv6: EHOSTUNREACH
+        assert {e for _k, e in r.errors} == {"ENETUNREACH", "EHOSTUNREACH"}
+        assert {k for k, _e in r.errors} >= {f"2/10.200.{i}.0/24" for i in range(40)}
+    finally:
+        r.close()
+
+
+def test_encoded_replace_is_what_pyroute2_parses() -> None:
+    """The hand-built message decodes, field by field, as the kernel's rtmsg."""
+    from pyroute2.netlink.rtnl.rtmsg import rtmsg
+
+    from crosszone.emulate.multipath_routes import Route, encode_replace, parse_acks, parse_route
+
+    route = Route(family=socket.AF_INET6, dst="fd64:a::", dst_len=64, proto=186, scope=0,
+                  rtype=1, priority=20, hops=((7, "fd99:1::2", 2), (9, "fd99:2::2", 0)))
+    msg = rtmsg(encode_replace(route, seq=5))
+    msg.decode()
+    assert msg["header"]["sequence_number"] == 5 and msg["header"]["flags"] == 0x505
+    assert (msg["family"], msg["dst_len"], msg["proto"]) == (socket.AF_INET6, 64, 186)
+    assert msg.get_attr("RTA_DST") == "fd64:a::" and msg.get_attr("RTA_PRIORITY") == 20
+    assert msg.get_attr("RTA_TABLE") == 254
+    hops = [(h["oif"], h["hops"], h.get_attr("RTA_GATEWAY")) for h in msg.get_attr("RTA_MULTIPATH")]
+    assert hops == [(7, 2, "fd99:1::2"), (9, 0, "fd99:2::2")]
+    one = rtmsg(encode_replace(Route(socket.AF_INET, "10.1.0.0", 16, 186, 0, 1, None,
+                                     ((3, "10.9.9.9", 0),)), seq=6))
+    one.decode()
+    assert one.get_attr("RTA_OIF") == 3 and one.get_attr("RTA_GATEWAY") == "10.9.9.9"
+    assert one.get_attr("RTA_MULTIPATH") is None and one.get_attr("RTA_PRIORITY") is None
+    # and the dump's parser reads back what was encoded (table from RTA_TABLE)
+    raw = encode_replace(route, seq=7)
+    assert parse_route(raw, 0, len(raw)) == (254, route)
+    static = Route(socket.AF_INET, "10.2.0.0", 16, 4, 0, 1, None, ((3, "10.9.9.9", 0),))
+    raw = encode_replace(static, seq=8)
+    assert parse_route(raw, 0, len(raw)) is None  # a static single hop is never edited
+    assert parse_route(raw[:30], 0, 30) is None  # truncated
+    # acknowledgements: NLMSG_ERROR with 0 (done) or a negative errno, by sequence number
+    import struct
+    ack = struct.pack("=IHHIIi", 20, 2, 0, 5, 0, 0) + struct.pack("=IHHIIi", 20, 2, 0, 6, 0, -19)
+    assert parse_acks(ack) == {5: 0, 6: 19}
+    assert parse_acks(b"\x01\x00") == {} and parse_acks(struct.pack("=IHHII", 4, 2, 0, 1, 0)) == {}

@@ -15,7 +15,8 @@ per router namespace, at real-time priority on bfdd's CPU, below bfdd's.
   would be in the network-control class.
 - **When a gateway is down.** `multiplier` echoes in a row unanswered over at least
   `multiplier` intervals: its next hops leave every multipath route of the namespace (IPv4 and
-  IPv6), in one netlink replace per route. A route's last next hop stays (nothing to move to).
+  IPv6), every changed route in one netlink datagram (`emulate/multipath_routes.py`). A
+  route's last next hop stays (nothing to move to).
 - **Not fooled by its own stalls.** Every queued answer is read before any decision, an answer
   counts from when it is read, and only echoes actually sent count as unanswered: a process
   that did not run for a while (a frozen CPU, a long system call elsewhere) neither sent echoes
@@ -47,7 +48,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+
+from crosszone.emulate.multipath_routes import Routes, drain, route_monitor
 
 ICMP_ECHO_REQUEST, ICMP_ECHO_REPLY = 8, 0
 #: Route rewrites by zebra while a gateway is out are corrected at most this often: each
@@ -147,116 +149,6 @@ def parse_reply(packet: bytes) -> int | None:
 # ---- routes ------------------------------------------------------------------------------------
 
 
-#: Route protocols a single-hop route may have without being a routing protocol's (kernel,
-#: boot, static: connected subnets and the echo paths' /32s), never edited.
-_NOT_ROUTING = (2, 3, 4)
-
-
-def _hop(h: Any) -> tuple[int, str | None, int]:
-    return int(h["oif"]), h.get_attr("RTA_GATEWAY"), int(h["hops"])
-
-
-def _key(r: Any) -> str:
-    """family/destination/length of a route, as `zebra_hops` keys them."""
-    return f"{r['family']}/{r.get_attr('RTA_DST')}/{r['dst_len']}"
-
-
-class Routes:
-    """The namespace's multipath routes, edited one netlink replace each."""
-
-    def __init__(self, netns: str | None = None) -> None:
-        from pyroute2 import IPRoute, NetNS  # netlink without a subprocess per route
-
-        self.ipr = NetNS(netns) if netns else IPRoute()
-        # The routes as last read; None once the kernel reported a change (`invalidate`), so a
-        # decision edits from a fresh read and the common case needs no dump at that moment.
-        self._cache: list[tuple[Any, list[tuple[int, str | None, int]]]] | None = None
-        # route key -> {ifindex: (gateway address, weight)} of the next hops taken out
-        self.removed: dict[str, dict[int, tuple[str | None, int]]] = {}
-
-    def ifindex(self, dev: str) -> int:
-        return int(self.ipr.link_lookup(ifname=dev)[0])
-
-    def invalidate(self) -> None:
-        """The kernel's routes changed (a netlink notification): read them again next time."""
-        self._cache = None
-
-    def warm(self) -> None:
-        """Read the routes now if they are not cached, so that the next decision need not."""
-        self._multipath()
-
-    def _multipath(self) -> list[tuple[Any, list[tuple[int, str | None, int]]]]:
-        if self._cache is None:
-            self._cache = self._dump()
-        return self._cache
-
-    def _dump(self) -> list[tuple[Any, list[tuple[int, str | None, int]]]]:
-        out = []
-        for family in (socket.AF_INET, socket.AF_INET6):
-            for r in self.ipr.get_routes(family=family, table=254):
-                mp = r.get_attr("RTA_MULTIPATH")
-                if mp:
-                    out.append((r, [_hop(h) for h in mp]))
-                elif r.get_attr("RTA_OIF") is not None and r["proto"] not in _NOT_ROUTING:
-                    out.append((r, [(int(r.get_attr("RTA_OIF")), r.get_attr("RTA_GATEWAY"),
-                                     0)]))
-        return out
-
-    def _replace(self, r: Any, hops: list[tuple[int, str | None, int]]) -> None:
-        kw: dict[str, Any] = {"family": r["family"], "dst_len": r["dst_len"],
-                              "proto": r["proto"], "table": 254}
-        dst = r.get_attr("RTA_DST")
-        if dst:
-            kw["dst"] = dst
-        prio = r.get_attr("RTA_PRIORITY")
-        if prio is not None:
-            kw["priority"] = prio
-        if len(hops) == 1:
-            oif, gw, _w = hops[0]
-            kw["oif"] = oif
-            if gw:
-                kw["gateway"] = gw
-        else:
-            kw["multipath"] = [{"oif": o, "hops": w, **({"gateway": g} if g else {})}
-                               for o, g, w in hops]
-        self._cache = None  # read back (and notified) after our own change too
-        self.ipr.route("replace", **kw)
-
-    def drop(self, ifindex: int) -> int:
-        """Take next hops through `ifindex` out of every route that has others; how many
-        routes changed."""
-        changed = 0
-        for r, hops in list(self._multipath()):
-            keep = [h for h in hops if h[0] != ifindex]
-            if len(keep) == len(hops) or not keep:
-                continue
-            for oif, gw, weight in hops:
-                if oif == ifindex:
-                    self.removed.setdefault(_key(r), {})[oif] = (gw, weight)
-            self._replace(r, keep)
-            changed += 1
-        return changed
-
-    def restore(self, ifindex: int, wanted: Callable[[str], bool]) -> int:
-        """Put next hops through `ifindex` back where zebra still has them (`wanted(key)`)."""
-        changed = 0
-        for r, hops in list(self._multipath()):
-            key = _key(r)
-            gone = self.removed.get(key, {}).get(ifindex)
-            if gone is None or any(h[0] == ifindex for h in hops) or not wanted(key):
-                continue
-            self._replace(r, [*hops, (ifindex, *gone)])
-            changed += 1
-        for key in list(self.removed):
-            self.removed[key].pop(ifindex, None)
-            if not self.removed[key]:
-                del self.removed[key]
-        return changed
-
-    def close(self) -> None:
-        self.ipr.close()
-
-
 def zebra_hops(ns: str) -> dict[str, set[str]]:
     """Route key -> interfaces of zebra's selected next hops (IPv4 and IPv6), from its vty."""
     from crosszone.emulate.vty import Vty
@@ -289,14 +181,10 @@ def _log(msg: str) -> None:
 
 def run(peers: list[Peer], interval_s: float, multiplier: int, restore_s: float, dscp: int,
         ns: str | None) -> None:
-    from pyroute2 import IPRoute
-    from pyroute2.netlink.rtnl import RTMGRP_IPV4_ROUTE, RTMGRP_IPV6_ROUTE
-
     routes = Routes()
     index = {p.dev: routes.ifindex(p.dev) for p in peers}
     # zebra writing a route back while a gateway is out: corrected when the kernel says so
-    monitor = IPRoute()
-    monitor.bind(groups=RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE)
+    monitor = route_monitor()
     sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
     sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
     sock.setblocking(False)
@@ -331,7 +219,7 @@ def run(peers: list[Peer], interval_s: float, multiplier: int, restore_s: float,
             if ident is not None:
                 det.reply(ident, now)
         if monitor in readable:
-            monitor.get()  # what changed is read back below, at most every REDROP_S
+            drain(monitor)  # what changed is read back below, at most every REDROP_S
             routes.invalidate()
             rewritten = True
         if rewritten and now - last_redrop >= REDROP_S:
@@ -360,6 +248,9 @@ def run(peers: list[Peer], interval_s: float, multiplier: int, restore_s: float,
                     n = routes.restore(index[p.dev], _in_rib(rib, p.dev))
                     _log(f"{p.dev} answering again: back in {n} routes zebra still has it in")
             pending = []
+        if routes.errors:
+            _log("the kernel refused: " + ", ".join(f"{k} ({e})" for k, e in routes.errors))
+            routes.errors.clear()
         for packet, to in echoes:
             with contextlib.suppress(OSError):  # no route (link down): unanswered
                 sock.sendto(packet, to)

@@ -10,6 +10,7 @@ longer than the BFD detection time (measured in the same run)."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,12 +21,17 @@ from emulate_helpers import busy_cpus, require
 from crosszone.abi.objects import object_path
 from crosszone.bench import failover
 from crosszone.emulate import deploy
+from crosszone.emulate.vty import Vty
 
 pytestmark = pytest.mark.integration
 
-# Loss window bound for unplanned failures on a busy CI box: BFD 30 ms + routing; the target
-# (50 ms median) is the bench's business.
-MAX_WINDOW_MS = 1000.0
+# Loss window bound for unplanned failures on a busy CI box: the routers' fast reroute moves
+# traffic in about 25 ms (bench failover); without it BFD (100 ms x 5) and FRR would take
+# 550 ms or more, which this bound catches. The target (50 ms median) is the bench's business.
+MAX_WINDOW_MS = 300.0
+# The legacy baseline's returns can lose up to a second (announced before it has its own
+# routes, docs/emulate.md).
+MAX_LEGACY_WINDOW_MS = 2500.0
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +79,7 @@ def test_planned_withdraw_and_return_lose_nothing(bench: failover.Bench, kind: s
     else:
         # The legacy baseline as configured loses part of a planned withdraw in some trials (up
         # to ~110 ms of one direction, cause not found, docs/emulate.md); bounded, not zero.
-        assert fail.window_ms < MAX_WINDOW_MS
+        assert fail.window_ms < MAX_LEGACY_WINDOW_MS
 
 
 @pytest.mark.parametrize("event", ["bgpd_killed", "bfdd_killed"])
@@ -101,3 +107,40 @@ def test_no_session_goes_down_over_planned_switches(bench: failover.Bench) -> No
     if res["sessions_down"] == 0:
         # One clean-clone CI run lost 2 datagrams over 6 switches (open); a flap costs thousands.
         assert res["lost"] <= 100, res
+
+
+def _ip_route(ns: str, *argv: str) -> str:
+    return subprocess.run(["ip", "-n", ns, "route", "show", *argv], check=True,
+                          capture_output=True, text=True).stdout
+
+
+def _zebra_static(ns: str) -> str:
+    v = Vty(ns, "zebra")
+    try:
+        return v.command("show ip route static")
+    finally:
+        v.close()
+
+
+def test_careful_legacy_floating_routes_come_and_go_and_bgp_routes_stay(
+        bench: failover.Bench) -> None:
+    """The careful operator's legacy gateway (`bench failover --kinds legacy-careful`): the
+    floating static routes reach every legacy gateway's kernel only while BGP has no better
+    route (none while it has), a link failure and return stay bounded, and removing them leaves
+    BGP's routes in place (a first try with kernel routes left the gateways without any)."""
+    require(bench.dep, "legacy")
+    p = bench.dep.plan
+    gws = p.gateways_of("legacy")
+    subnet = str(p.spec.storage.subnet)
+    with failover.configured(bench.dep, failover.LEGACY_CAREFUL) as kind:
+        assert kind == "legacy"
+        for gw in gws:
+            rib = _zebra_static(gw.ns)
+            assert subnet in rib and "[250/0]" in rib, rib  # in zebra, at distance 250
+            assert "proto bgp" in _ip_route(gw.ns, subnet)  # BGP's route wins while it is there
+        fail, rec = _trial(bench, "legacy", "compute_link_down")
+        assert fail.window_ms < MAX_LEGACY_WINDOW_MS and rec.window_ms < MAX_LEGACY_WINDOW_MS
+    for gw in gws:
+        out = _ip_route(gw.ns, subnet)
+        assert "proto bgp" in out, f"{gw.name} lost BGP's route to {subnet}: {out!r}"
+        assert subnet not in _zebra_static(gw.ns)

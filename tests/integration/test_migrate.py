@@ -16,13 +16,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from crosszone.bench.failover import start_probe
-from crosszone.emulate import deploy, topology
+from crosszone.control.client import Client, ControllerError
+from crosszone.emulate import control_plane, deploy, topology
 from crosszone.emulate.vty import Vty
 from crosszone.fastpath.deploy import pinned_maps
 from crosszone.fastpath.sink import MapSink
@@ -233,3 +234,58 @@ def test_killed_runner_resumes_at_its_step(dep: deploy.Deployment, tmp_path: Pat
     finally:
         sent, lost = probe.result()
     assert lost <= MAX_LOSS_SHARE * sent, f"{lost} of {sent} datagrams lost"
+
+
+def test_killed_controller_stops_neither_the_migration_nor_forwarding(
+        dep: deploy.Deployment, tmp_path: Path) -> None:
+    """The migration started through the controller's API (a `migrate run` runner attached to
+    the controller's store); the controller is SIGKILLed at a random step. The runner goes on
+    to `shifted` without it, the restarted controller reports where it got to and takes the
+    rollback, and the probe bounds what the data path lost from the start to the end."""
+    store = control_plane.store_url()
+    db = SqliteStore(store.removeprefix("sqlite://"))
+    kill_at = random.choice([1, 2])
+    plan = json.loads(_cli(store, "plan", "--canary", "c", "--steps", "10,50,100", "--dwell",
+                           "3s", "--guards", _loose_guards(tmp_path), "--json").stdout)["plan"]
+    probe = Probe(dep, tmp_path)
+    runner = subprocess.Popen([*CLI, "run", "--store", store], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    client = Client(control_plane.controller_url(), control_plane.token())
+    try:
+        queued = client.migration_op("start", plan)
+        assert queued["queued"] == "start" and queued["runner_alive"], queued
+        st = _wait_state(db, lambda s: s.state == "shifting" and s.step == kill_at)
+        pid = int(control_plane.controller_pidfile().read_text())
+        os.kill(pid, signal.SIGKILL)
+        t_kill = time.time()
+        st = _wait_state(db, lambda s: s.state in ("shifted", "paused", "rolled_back"))
+        assert st.state == "shifted", st.reason  # the runner went on with no controller
+        with pytest.raises(ControllerError):
+            client.status()
+        moved = [h for h in st.history if h["event"] == "step" and h["t"] > t_kill]
+        assert [h["weight_new"] for h in moved] == [10, 50, 100][kill_at:]
+        control_plane.start_controller(dep.plan)
+        doc = client.migration()
+        assert doc["state"] == "shifted" and doc["weight_new"] == 100, doc
+        assert client.migration_op("rollback")["queued"] == "rollback"
+        st = _wait_state(db, lambda s: s.state == "rolled_back")
+        assert _hops(dep) == {g.name for g in dep.plan.gateways_of("legacy")}
+    finally:
+        client.close()
+        runner.send_signal(signal.SIGKILL)
+        runner.wait()
+        if not control_plane.controller_alive():
+            control_plane.start_controller(dep.plan)
+        sent, lost = probe.result()
+    assert lost <= MAX_LOSS_SHARE * sent, f"{lost} of {sent} datagrams lost"
+
+
+def _wait_state(db: SqliteStore, done: Callable[[eng.State], bool],
+                timeout: float = 180.0) -> eng.State:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        st = eng.read_state(db)
+        if done(st):
+            return st
+        time.sleep(0.1)
+    raise AssertionError(f"migration stuck in {eng.read_state(db).state}")

@@ -311,7 +311,7 @@ LEGACY_CAREFUL = "legacy-careful"
 
 
 @contextmanager
-def _configured(dep: deploy.Deployment, kind: str) -> Iterator[str]:
+def configured(dep: deploy.Deployment, kind: str) -> Iterator[str]:
     """The gateway kind to fail for `kind`; `legacy-careful` adds the floating static routes to
     every legacy gateway for the block's duration."""
     if kind != LEGACY_CAREFUL:
@@ -331,7 +331,7 @@ def run(b: Bench, kinds: list[str], events: list[str], trials: int, emit: Emit,
         detail: Emit | None = None) -> None:
     """Every (kind, event) `trials` times; one summary line each, recovery rows last per kind."""
     for kind in kinds:
-        with _configured(b.dep, kind) as gw_kind:
+        with configured(b.dep, kind) as gw_kind:
             _run_kind(b, kind, gw_kind, events, trials, emit, detail)
 
 

@@ -59,6 +59,14 @@ class Client:
         """What the dashboard shows (gateways, rates over `window` seconds, migration)."""
         return self._call("GET", "/v1/dashboard", params={"window": window})
 
+    def migration(self) -> dict[str, Any]:
+        """GET /v1/migration: state, step, weight_new, history, guards, runner."""
+        return self._call("GET", "/v1/migration")
+
+    def migration_op(self, op: str, plan: dict[str, Any] | None = None) -> dict[str, Any]:
+        """POST /v1/migration/{op} (start takes the plan), queued for the runner."""
+        return self._call("POST", f"/v1/migration/{op}", json=plan if plan is not None else {})
+
     def close(self) -> None:
         """Close the connection pool."""
         self._http.close()

@@ -194,6 +194,11 @@ def _spawn(name: str, argv: list[str], pidfile: Path, env: dict[str, str] | None
     return proc.pid
 
 
+def controller_alive() -> bool:
+    """Whether the controller's process (by its pidfile) is running."""
+    return _alive(controller_pidfile())
+
+
 def _alive(pidfile: Path) -> bool:
     try:
         pid = int(pidfile.read_text().split()[0])

@@ -20,6 +20,8 @@ BENCH_BASE := bench_gateway bench_gateway_lpm bench_gateway_spread bench_gateway
               bench_floor_decap bench_floor_decap_lpm
 # The gateway with the test clock (bpf/policy.h): what the traffic policy costs without the clock read.
 BENCH_BASE += bench_gateway_testclock
+# The floor plus one reading of a time source (bpf/xdp_floor.c): the traffic policy's ceiling.
+BENCH_BASE += bench_floor_sink bench_floor_clock bench_floor_coarse bench_floor_jiffies
 BENCH_OBJS := $(BENCH_BASE:%=$(BUILD)/%.o) $(BENCH_BASE:%=$(BUILD)/%_live.o)
 # `crosszone bench forward`: its generator, validating sink and floor forward (bpf/bench_forward_*.c).
 BENCH_OBJS += $(BUILD)/bench_forward_gen.o $(BUILD)/bench_forward_sink.o $(BUILD)/bench_forward_floor.o
@@ -65,7 +67,11 @@ BENCH_FLAGS = -DCZ_BENCH $(if $(findstring _lpm,$*),-DCZ_ROUTES_LPM_TRIE) \
               $(if $(findstring _spread,$*),-DCZ_BENCH_SPREAD=100000) \
               $(if $(findstring _live,$*),-DCZ_BENCH_LIVE) \
               $(if $(findstring _decap,$*),-DCZ_FLOOR_DECAP) \
-              $(if $(findstring _testclock,$*),-DCZ_TEST_CLOCK)
+              $(if $(findstring _testclock,$*),-DCZ_TEST_CLOCK) \
+              $(if $(findstring _sink,$*),-DCZ_FLOOR_CLOCK=0) \
+              $(if $(findstring _clock,$*),-DCZ_FLOOR_CLOCK=1) \
+              $(if $(findstring _coarse,$*),-DCZ_FLOOR_CLOCK=2) \
+              $(if $(findstring _jiffies,$*),-DCZ_FLOOR_CLOCK=3)
 
 $(BUILD)/bench_gateway%: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
 	clang $(BPF_CFLAGS) $(BENCH_FLAGS) -c $< -o $@

@@ -19,6 +19,7 @@ from scapy.layers.vxlan import VXLAN
 from scapy.packet import Raw
 
 from crosszone.abi import layout
+from crosszone.abi.ticks import kernel_tick_ns, ticks_for
 from crosszone.compile.tables import Tables, rate_fields
 
 from packet_fixtures import HOST_A1, tables, translate, vxlan
@@ -28,6 +29,10 @@ ELEPHANT_BYTES = 4000
 FLOWLET_GAP_NS = 100_000  # 100 us
 FLOW_IDLE_NS = 5_000_000  # 5 ms
 T0 = 1_000_000_000  # the clock starts at 1 s, so that "now - burst" does not wrap
+# The flow state's clock (abi/ticks.py): this kernel's jiffies, and the durations in them.
+TICK_NS = kernel_tick_ns()
+GAP_TICKS = ticks_for(FLOWLET_GAP_NS, TICK_NS)
+IDLE_TICKS = ticks_for(FLOW_IDLE_NS, TICK_NS)
 
 
 def policy_tables(enabled: bool = True, rates: dict[str, tuple[int, int]] | None = None,
@@ -117,6 +122,9 @@ def checksums_valid(ip: IP) -> bool:
 steps = st.lists(
     st.tuples(st.integers(0, len(FLOWS) - 1), st.integers(0, 1400),
               st.sampled_from([0, 1_000, 50_000, FLOWLET_GAP_NS - 1, FLOWLET_GAP_NS,
-                               FLOW_IDLE_NS - 1, FLOW_IDLE_NS, 20_000_000]),
+                               FLOW_IDLE_NS - 1, FLOW_IDLE_NS, TICK_NS - 1, TICK_NS,
+                               (GAP_TICKS - 1) * TICK_NS, GAP_TICKS * TICK_NS,
+                               (IDLE_TICKS - 1) * TICK_NS, IDLE_TICKS * TICK_NS,
+                               (IDLE_TICKS + 2) * TICK_NS]),
               st.integers(0, 3)),
     min_size=1, max_size=40)

@@ -19,7 +19,13 @@ def test_every_iteration_sees_a_fresh_frame():
     policy = {"policy_ipv4_decap", "policy_return_encap", "policy_ipv4_decap_spread"}
     modes = {"live_frames", "test_run_restore_harness"}
     assert set(by) == {("program_routes", None)} | {
-        (s, m) for s in scenarios | policy for m in modes}
+        (s, m) for s in scenarios | policy | {"policy_clock_costs"} for m in modes}
+    # the time sources the policy could read, each timed on the floor against the sum alone
+    for mode in modes:
+        row = by[("policy_clock_costs", mode)]
+        assert row["floor_sum_only_ns_per_pkt"] > 0
+        costs = {"ktime_get_ns_cost_ns", "ktime_get_coarse_ns_cost_ns", "jiffies64_cost_ns"}
+        assert costs <= set(row)
     # The policy's cost is measured against the same scenario with it off, in the same rounds;
     # single-flow scenarios verify every iteration.
     for name in policy - {"policy_ipv4_decap_spread"}:

@@ -2,8 +2,9 @@
 model over timed packet sequences (marks, flowlet moves, aging, rate drops, counters), with the
 policy on, off, and with VPC rates; and two tenants, one greedy, on the kernel alone.
 
-The clock is the test build's (build/xdp_gateway_testclock.o: bpf/policy.h reads test_clock[0]
-instead of bpf_ktime_get_ns), set before every frame, so kernel and model see the same times."""
+The clocks are the test build's (build/xdp_gateway_testclock.o: bpf/policy.h reads test_clock[0]
+instead of bpf_ktime_get_ns and test_clock[1] instead of bpf_jiffies64), set before every frame,
+so kernel and model see the same times."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from crosszone.abi.reasons import Reason, XdpAction
 from crosszone.fastpath.testing import model
 from crosszone.fastpath.testing.model_policy import PolicyState
 from crosszone.fastpath.testing.testrun import LOOPBACK_IFINDEX, TestRunner
-from policy_flows import FLOWLET_GAP_NS, FLOWS, T0, policy_tables, steps
+from policy_flows import FLOWS, GAP_TICKS, T0, TICK_NS, policy_tables, steps
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -63,7 +64,7 @@ def test_flowlet_moves_agree_over_many_gaps(runner):
     runner.clear_policy_state()
     st = PolicyState(now=T0)
     for n in range(60):
-        st.now += FLOWLET_GAP_NS if n % 2 else 1000
+        st.now += GAP_TICKS * TICK_NS if n % 2 else 1000
         runner.set_clock(st.now)
         frame = FLOWS[0].frame(1400)
         _same(runner.run(frame), model.process(frame, runner.tables, LOOPBACK_IFINDEX, st))

@@ -57,10 +57,13 @@ def test_policy_is_off_unless_enabled_and_compiles_to_the_config():
     on = compile_tables(_parse({"enabled": True, "elephant_bytes": 1000, "flowlet_gap_us": 250,
                                 "flow_idle_ms": 30}), "gw-a")
     assert on.flags == layout.CZ_CFG_POLICY
-    cfg = layout.CzConfig.from_buffer_copy(encode_config(on))
-    assert (cfg.flags, cfg.elephant_bytes, cfg.flowlet_gap_ns, cfg.flow_idle_ns,
-            cfg.small_dscp, cfg.bulk_dscp) == (layout.CZ_CFG_POLICY, 1000, 250_000,
-                                               30_000_000, 46, 10)
+    assert (on.flowlet_gap_ns, on.flow_idle_ns) == (250_000, 30_000_000)
+    # in jiffies (abi/ticks.py): 250 us -> ceil(0.25 / 4) + 1 = 2 ticks of 4 ms (HZ=250);
+    # 30 ms -> 8 + 1 = 9 ticks of 4 ms, 3 + 1 = 4 of 10 ms (HZ=100), 30 + 1 = 31 of 1 ms
+    for tick_ns, gap, idle in ((4_000_000, 2, 9), (10_000_000, 2, 4), (1_000_000, 2, 31)):
+        cfg = layout.CzConfig.from_buffer_copy(encode_config(on, tick_ns))
+        assert (cfg.flags, cfg.elephant_bytes, cfg.flowlet_gap_ticks, cfg.flow_idle_ticks,
+                cfg.small_dscp, cfg.bulk_dscp) == (layout.CZ_CFG_POLICY, 1000, gap, idle, 46, 10)
 
 
 def test_a_vpc_rate_compiles_to_its_token_bucket():

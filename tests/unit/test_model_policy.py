@@ -1,6 +1,7 @@
 """The reference model's traffic policy against expectations derived independently of it:
-demotion at the exact byte threshold, aging, the flowlet move, ECN and checksums kept, a VPC
-held to its rate while another is not touched, and the policy switched off changing nothing.
+demotion at the exact byte threshold, aging and the flowlet move at the exact jiffy (and never
+before the intent's duration), ECN and checksums kept, a VPC held to its rate while another is
+not touched, and the policy switched off changing nothing.
 The same model is compared packet for packet with the kernel in tests/fastpath/test_policy.py."""
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ from policy_flows import (
     FLOW_IDLE_NS,
     FLOWLET_GAP_NS,
     FLOWS,
+    GAP_TICKS,
+    IDLE_TICKS,
     SMALL_DSCP,
     T0,
+    TICK_NS,
     Flow,
     checksums_valid,
     layers,
@@ -51,6 +55,12 @@ class Run:
     def send(self, flow: Flow, payload: int, after_ns: int = 0, tos: int = 0) -> model.Result:
         self.st.now += after_ns
         return model.process(flow.frame(payload, tos), self.t, 1, self.st)
+
+    def at_tick(self, ticks: int, last_ns: bool = False) -> int:
+        """ns to wait until the first (last_ns: the last) nanosecond of the jiffy `ticks` after
+        the current one."""
+        start = (self.st.now // TICK_NS + ticks) * TICK_NS
+        return start + (TICK_NS - 1 if last_ns else 0) - self.st.now
 
 
 def dscp(res: model.Result, flow: Flow) -> int:
@@ -83,12 +93,16 @@ def test_one_byte_short_of_the_threshold_stays_small():
 
 
 def test_an_idle_flow_is_forgotten_and_small_again():
+    """Forgotten once IDLE_TICKS jiffies have passed, one jiffy short it is not, and the
+    shortest silence that forgets it is longer than FLOW_IDLE_NS."""
     run = Run(policy_tables())
     flow = FLOWS[4]
     for _ in range(5):
         run.send(flow, 1400, 1000)
-    assert dscp(run.send(flow, 10, FLOW_IDLE_NS - 1), flow) == BULK_DSCP
-    assert dscp(run.send(flow, 10, FLOW_IDLE_NS), flow) == SMALL_DSCP
+    assert dscp(run.send(flow, 10, run.at_tick(IDLE_TICKS - 1, last_ns=True)), flow) == BULK_DSCP
+    wait = run.at_tick(IDLE_TICKS)
+    assert wait > FLOW_IDLE_NS
+    assert dscp(run.send(flow, 10, wait), flow) == SMALL_DSCP
 
 
 def _member(t, flow: Flow, salt: int) -> bytes:
@@ -109,9 +123,12 @@ def test_an_elephant_moves_after_a_gap_and_only_then():
     assert first.data[:6] == _member(run.t, flow, 0)
     seen = set()
     for salt in range(12):
-        same = run.send(flow, 1400, FLOWLET_GAP_NS - 1)  # no gap: stays
+        # one jiffy short of the gap, however long in ns: stays
+        same = run.send(flow, 1400, run.at_tick(GAP_TICKS - 1, last_ns=True))
         assert same.data[:6] == _member(run.t, flow, salt)
-        moved = run.send(flow, 1400, FLOWLET_GAP_NS)  # a gap: the next flowlet
+        wait = run.at_tick(GAP_TICKS)  # the gap in jiffies: the next flowlet
+        assert wait > FLOWLET_GAP_NS  # never before the intent's gap
+        moved = run.send(flow, 1400, wait)
         assert moved.data[:6] == _member(run.t, flow, salt + 1)
         seen.add(moved.data[:6])
     assert len(seen) == 2  # both members of the pool carried flowlets
@@ -122,19 +139,19 @@ def test_a_small_flow_never_moves():
     run = Run(policy_tables())
     flow = FLOWS[1]
     for _ in range(20):
-        res = run.send(flow, 10, FLOWLET_GAP_NS * 3)
+        res = run.send(flow, 10, GAP_TICKS * TICK_NS)
         assert res.data[:6] == _member(run.t, flow, 0)
     assert run.st.counters(0).flowlet_moves == 0
 
 
 def _independent_marks(seq):
-    """PIAS by the book: per flow, bytes since it was last idle for FLOW_IDLE_NS."""
+    """PIAS by the book: per flow, bytes since it was last idle for IDLE_TICKS jiffies."""
     seen: dict[int, tuple[int, int]] = {}
     now = T0
     for i, payload, after, _ in seq:
         now += after
         sent, last = seen.get(i, (0, None))
-        if last is not None and now - last >= FLOW_IDLE_NS:
+        if last is not None and now // TICK_NS - last // TICK_NS >= IDLE_TICKS:
             sent = 0
         yield SMALL_DSCP if sent < ELEPHANT_BYTES else BULK_DSCP
         seen[i] = (sent + FLOWS[i].ip_bytes(payload), now)

@@ -73,8 +73,8 @@ IP6_HALVES = BE64 * 2
 
 class CzConfig(ctypes.Structure):
     """struct cz_config { __be32 vtep; __u32 flags; __u32 compute_port; __u8 small_dscp;
-    __u8 bulk_dscp; __u16 reserved; __u64 elephant_bytes; __u64 flowlet_gap_ns;
-    __u64 flow_idle_ns; };"""
+    __u8 bulk_dscp; __u16 reserved; __u64 elephant_bytes; __u64 flowlet_gap_ticks;
+    __u64 flow_idle_ticks; };"""
 
     _fields_ = [
         ("vtep", c_uint8 * 4),
@@ -84,8 +84,8 @@ class CzConfig(ctypes.Structure):
         ("bulk_dscp", c_uint8),
         ("reserved", c_uint16),
         ("elephant_bytes", c_uint64),
-        ("flowlet_gap_ns", c_uint64),
-        ("flow_idle_ns", c_uint64),
+        ("flowlet_gap_ticks", c_uint64),
+        ("flow_idle_ticks", c_uint64),
     ]
 
 
@@ -263,7 +263,7 @@ class CzPolicyCounter(ctypes.Structure):
 
 class CzFlow(ctypes.Structure):
     """struct cz_flow { __u32 vpc_id; __u8 dir, proto, family, live; __u32 src[4], dst[4];
-    __u32 ports; __u32 salt; __u64 bytes; __u64 last_ns; };"""
+    __u32 ports; __u32 salt; __u64 bytes; __u64 last_tick; };"""
 
     _fields_ = [
         ("vpc_id", c_uint32),
@@ -276,7 +276,7 @@ class CzFlow(ctypes.Structure):
         ("ports", c_uint8 * 4),
         ("salt", c_uint32),
         ("bytes", c_uint64),
-        ("last_ns", c_uint64),
+        ("last_tick", c_uint64),
     ]
 
 

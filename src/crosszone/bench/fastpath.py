@@ -47,7 +47,7 @@ import numpy as np
 from crosszone.abi import layout as L
 from crosszone.abi.objects import BUILD_DIR
 from crosszone.abi.reasons import Reason
-from crosszone.bench.fastpath_policy import policy_scenarios
+from crosszone.bench.fastpath_policy import clock_costs, policy_scenarios
 from crosszone.compile.encode import RouteArrays, encode_hosts, encode_route_arrays, encode_tables
 from crosszone.compile.tables import Group, HostEntry, Nexthop, Port, StorageFacing, Tables, Vpc
 from crosszone.fastpath.libbpf import BPF_F_TEST_XDP_LIVE_FRAMES, BpfObject, xdp_ctx
@@ -262,6 +262,13 @@ def _loader(sfx: str, live: bool, routes: RouteArrays) -> Callable[[str, Tables,
     return lambda stem, t, n: load_gateway(f"{stem}{sfx}.o", t, routes, n, live)
 
 
+def _clock_row(sfx: str, live: bool, frame: bytes, repeat: int, rounds: int,
+               out: Callable[[dict], None], mode: str) -> None:
+    """The `policy_clock_costs` line of one mode (bench/fastpath_policy.py)."""
+    row = clock_costs(lambda stem: load_floor(f"{stem}{sfx}.o", live), frame, repeat, rounds)
+    out({"scenario": "policy_clock_costs", "mode": mode, **row})
+
+
 def _conditions(repeat: int, rounds: int) -> dict:
     cpu = "unknown"
     try:
@@ -367,6 +374,7 @@ def run_bench(
         for mode, sfx, live in MODES:
             policy_scenarios(_loader(sfx, live, r4), tables, frames, hosts, repeat, rounds, out,
                              {"mode": mode, "routes": len(r4.plen)})
+            _clock_row(sfx, live, frames[0], repeat, rounds, out, mode)
         return results
 
     # Programming speed: bulk arrays -> the slot table of an empty gateway, by the one path
@@ -424,6 +432,7 @@ def run_bench(
         enc.close()
         policy_scenarios(_loader(sfx, live, r4), tables, frames, hosts, repeat, rounds, out,
                          {**tag, "routes": len(r4.plen)})
+        _clock_row(sfx, live, frames[0], repeat, rounds, out, mode)
         floor.close()
         raw_floor.close()
     return results

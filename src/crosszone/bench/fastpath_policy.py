@@ -9,6 +9,11 @@ figure the policy's budget (25 ns) is about. `on_fixed_clock` is the same progra
 test clock (a map read instead of `bpf_ktime_get_ns`, whose time never advances): its delta is
 the policy's own work, and on - on_fixed_clock is what reading the clock costs on this machine.
 
+Beside them, per mode, `policy_clock_costs`: the floor (bench_floor) plus one reading of each time
+source added to a per-CPU sum (bpf/xdp_floor.c, CZ_FLOOR_CLOCK), against the floor plus the sum
+alone, in interleaved rounds: what a clock costs per packet on this machine, the ceiling the
+policy's design has to live under (a fine clock per packet is most of the 25 ns budget here).
+
 A repeated frame is one flow, whose state stays in cache; the `_spread` scenario rewrites the
 inner destination of every iteration (100,000 destinations, bpf/bench_spread.h), so the flow
 table sees 100,000 flows and its slots miss the cache as they would under real traffic.
@@ -69,6 +74,33 @@ def measure_policy(frame: bytes, progs: dict[str, Loaded], expected: Reason, rep
     out["policy_on_over_off"] = round(statistics.median(times["on"]) / off, 3)
     out["expected_reason"] = expected.label
     out["every_iteration_verified"] = ok
+    return out
+
+
+#: (label, object stem): the time sources, measured on the floor against the sum alone.
+CLOCKS = (("sum_only", "bench_floor_sink"), ("ktime_get_ns", "bench_floor_clock"),
+          ("ktime_get_coarse_ns", "bench_floor_coarse"), ("jiffies64", "bench_floor_jiffies"))
+
+
+def clock_costs(load_floor: Callable[[str], Loaded], frame: bytes, repeat: int,
+                rounds: int) -> dict:
+    """Interleaved rounds of the floor with each time source: medians and each one's cost over
+    the floor with the sum alone (ns per packet)."""
+    progs = {label: load_floor(stem) for label, stem in CLOCKS}
+    times: dict[str, list[float]] = {label: [] for label in progs}
+    try:
+        for _ in range(rounds):
+            for label, p in progs.items():
+                times[label].append(p.ns_per_pkt(frame, repeat))
+    finally:
+        for p in progs.values():
+            p.close()
+    base = statistics.median(times["sum_only"])
+    out: dict[str, object] = {}
+    for label, ts in times.items():
+        out[f"floor_{label}_ns_per_pkt"] = round(statistics.median(ts), 1)
+        if label != "sum_only":
+            out[f"{label}_cost_ns"] = round(statistics.median(ts) - base, 1)
     return out
 
 

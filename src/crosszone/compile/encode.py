@@ -23,6 +23,7 @@ from typing import Any, TypeVar, overload
 import numpy as np
 
 from crosszone.abi import layout as L
+from crosszone.abi.ticks import kernel_tick_ns, ticks_for
 from crosszone.compile.tables import (
     Group,
     HostEntry,
@@ -259,10 +260,14 @@ def encode_sf(sf: StorageFacing) -> tuple[bytes, bytes]:
     return bytes(k), bytes(v)
 
 
-def encode_config(t: Tables) -> bytes:
-    """struct cz_config."""
+def encode_config(t: Tables, tick_ns: int | None = None) -> bytes:
+    """struct cz_config; the policy's durations in jiffies of this kernel (abi/ticks.py) unless
+    tick_ns says how long one is."""
     c = same_named(L.CzConfig(), t)
     L.fill(c.vtep, t.vtep.packed)
+    tick = tick_ns or kernel_tick_ns()
+    c.flowlet_gap_ticks = ticks_for(t.flowlet_gap_ns, tick)
+    c.flow_idle_ticks = ticks_for(t.flow_idle_ns, tick)
     return bytes(c)
 
 

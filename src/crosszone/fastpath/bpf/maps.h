@@ -227,10 +227,11 @@ struct {
 } flow_scratch SEC(".maps");
 
 #ifdef CZ_TEST_CLOCK
-/* Test builds only: the fast path's clock, in ns, as the test set it (policy.h: cz_now). */
+/* Test builds only: the fast path's clocks as the test set them (policy.h): [0] ns (cz_now),
+ * [1] jiffies (cz_ticks). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, __u64);
 } test_clock SEC(".maps");

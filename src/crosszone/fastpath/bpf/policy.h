@@ -4,11 +4,11 @@
  *   it has sent elephant_bytes of inner IP bytes its packets are marked small_dscp (the strict
  *   priority class), then bulk_dscp (the low class): a short request never waits behind bulk
  *   transfers, and no application says which is which (in the manner of PIAS). A flow idle for
- *   flow_idle_ns is forgotten, so a connection reused for small requests after a bulk transfer is
- *   small again. Slots come in sets of two; a new flow takes a free or forgotten slot of its set,
+ *   flow_idle_ticks jiffies is forgotten, so a connection reused for small requests after a bulk
+ *   transfer is small again. Slots come in sets of two; a new flow takes a free or forgotten slot of its set,
  *   else the one idle longest. State is soft: written without locks by every CPU, a lost or torn
  *   update only mis-marks a packet or moves a flow once more; nothing forwards differently for it.
- * - Flowlets: a bulk flow that was idle for at least flowlet_gap_ns has drained the path it was
+ * - Flowlets: a bulk flow idle for flowlet_gap_ticks jiffies has drained the path it was
  *   on, so its next burst may take another one without reordering (its salt moves it to another
  *   ECMP bucket toward storage, another VXLAN source port, so another underlay path, toward
  *   compute). Small flows never move.
@@ -33,17 +33,38 @@
 #define CZ_DIR_TO_COMPUTE 0
 #define CZ_DIR_TO_STORAGE 1
 
-/* The clock. Test builds (-DCZ_TEST_CLOCK) read it from test_clock[0], so a test sets time to
- * the nanosecond; the production build pays nothing for that. */
+/* Two clocks. A flow's state (aging, the slot a new flow takes, the flowlet gap) is kept in
+ * jiffies: bpf_jiffies64 is inlined by the verifier as one load, while bpf_ktime_get_ns costs
+ * 20-40 ns a call under KVM (an rdtscp), more than the policy's whole budget. The durations come
+ * in ticks, rounded so that a flow never moves or is forgotten before the intent's duration
+ * (abi/ticks.py: d jiffies prove more than d - 1 ticks of silence). The token buckets pace at the
+ * nanosecond and read the fine clock, only for a VPC with a rate. Test builds (-DCZ_TEST_CLOCK)
+ * read both from test_clock ([0] ns, [1] jiffies), so a test sets time exactly; the production
+ * build pays nothing for that. */
+#ifdef CZ_TEST_CLOCK
+static __always_inline __u64 cz_test_clock(__u32 i)
+{
+	__u64 *t = bpf_map_lookup_elem(&test_clock, &i);
+
+	return t ? *t : 0;
+}
+#endif
+
 static __always_inline __u64 cz_now(void)
 {
 #ifdef CZ_TEST_CLOCK
-	__u32 zero = 0;
-	__u64 *t = bpf_map_lookup_elem(&test_clock, &zero);
-
-	return t ? *t : 0;
+	return cz_test_clock(0);
 #else
 	return bpf_ktime_get_ns();
+#endif
+}
+
+static __always_inline __u64 cz_ticks(void)
+{
+#ifdef CZ_TEST_CLOCK
+	return cz_test_clock(1);
+#else
+	return bpf_jiffies64();
 #endif
 }
 
@@ -52,12 +73,15 @@ static __always_inline struct cz_policy_counter *cz_policy_stats(__u32 vpc_id)
 	return bpf_map_lookup_elem(&policy_stats, &vpc_id);
 }
 
-/* 1 when the packet fits the VPC's rate (or the VPC has none), else 0 with the verdict set. */
+/* 1 when the packet fits the VPC's rate (or the VPC has none), else 0 with the verdict set. The
+ * fine clock is read here, after the VPC is known to have a rate: a helper call cannot be moved
+ * past a branch by the compiler, so read before it every packet would pay for it. */
 static __always_inline int cz_rate_ok(struct cz_verdict *v, const struct cz_vpc *vpc, __u32 dir,
-				      __u32 len, __u64 now)
+				      __u32 len)
 {
 	if (!vpc->rate_ns_per_mib)
 		return 1;
+	__u64 now = cz_now();
 	__u32 i = 2 * (vpc->vpc_id & (CZ_MAX_VPCS - 1)) + dir;
 	__u64 *empty_until = bpf_map_lookup_elem(&vpc_buckets, &i);
 	if (!empty_until)
@@ -108,8 +132,8 @@ struct cz_mark {
 	__u8 on;                /* 0: policy off, leave the packet as it is */
 };
 
-/* Accounts len inner IP bytes to flow k (whose slot set the flow hash h picks) at now and sets
- * its mark. */
+/* Accounts len inner IP bytes to flow k (whose slot set the flow hash h picks) at jiffies now
+ * and sets its mark. */
 static __always_inline void cz_flow_account(const struct cz_config *cfg, const struct cz_flow_id *k,
 					    __u32 h, __u32 len, __u64 now, struct cz_mark *m)
 {
@@ -125,9 +149,9 @@ static __always_inline void cz_flow_account(const struct cz_config *cfg, const s
 		f = b;
 	else {
 		/* A new flow: the free or forgotten slot of the set, else the one idle longer. */
-		int a_free = !a->live || now - a->last_ns >= cfg->flow_idle_ns;
-		int b_free = !b->live || now - b->last_ns >= cfg->flow_idle_ns;
-		f = a_free ? a : b_free ? b : (__s64)(a->last_ns - b->last_ns) <= 0 ? a : b;
+		int a_free = !a->live || now - a->last_tick >= cfg->flow_idle_ticks;
+		int b_free = !b->live || now - b->last_tick >= cfg->flow_idle_ticks;
+		f = a_free ? a : b_free ? b : (__s64)(a->last_tick - b->last_tick) <= 0 ? a : b;
 		__u64 *w = (__u64 *)f;
 		w[0] = k->w0;
 		w[1] = k->s0;
@@ -137,15 +161,15 @@ static __always_inline void cz_flow_account(const struct cz_config *cfg, const s
 		f->ports = k->ports;
 		f->salt = 0;
 		f->bytes = 0;
-		f->last_ns = now;
+		f->last_tick = now;
 	}
-	if (now - f->last_ns >= cfg->flow_idle_ns) {
+	if (now - f->last_tick >= cfg->flow_idle_ticks) {
 		f->salt = 0;   /* forgotten: a new flow on the slot it had */
 		f->bytes = 0;
 	}
 	struct cz_policy_counter *c = cz_policy_stats(k->w0 & 0xffffffffu);
 	if (f->bytes >= cfg->elephant_bytes) {
-		if (now - f->last_ns >= cfg->flowlet_gap_ns) {
+		if (now - f->last_tick >= cfg->flowlet_gap_ticks) {
 			f->salt++;
 			if (c)
 				c->flowlet_moves++;
@@ -159,7 +183,7 @@ static __always_inline void cz_flow_account(const struct cz_config *cfg, const s
 			c->small_packets++;
 	}
 	f->bytes += len;
-	f->last_ns = now;
+	f->last_tick = now;
 	m->salt = f->salt;
 	m->on = 1;
 }
@@ -205,14 +229,12 @@ static __always_inline int cz_policy(struct cz_verdict *v, const struct cz_vpc *
 				     const struct cz_flow_id *k, __u32 h, __u32 len,
 				     struct cz_mark *m)
 {
-	__u64 now = cz_now();
-
-	if (vpc && !cz_rate_ok(v, vpc, dir, len, now))
+	if (vpc && !cz_rate_ok(v, vpc, dir, len))
 		return -1;
 	if ((v->cfg_flags & CZ_CFG_POLICY) && k) {
 		const struct cz_config *cfg = CZ_RECORD(config, 0);
 		if (cfg)
-			cz_flow_account(cfg, k, h, len, now, m);
+			cz_flow_account(cfg, k, h, len, cz_ticks(), m);
 	}
 	return 0;
 }

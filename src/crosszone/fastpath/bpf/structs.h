@@ -30,8 +30,10 @@ struct cz_config {
 	__u8 bulk_dscp;         /* DSCP of a flow after that */
 	__u16 reserved;
 	__u64 elephant_bytes;   /* inner IP bytes after which a flow is bulk */
-	__u64 flowlet_gap_ns;   /* idle gap after which a bulk flow may take another path */
-	__u64 flow_idle_ns;     /* idle time after which a flow's state is forgotten */
+	__u64 flowlet_gap_ticks;  /* jiffies since its last packet after which a bulk flow may take
+				   * another path (abi/ticks.py: the intent's gap, rounded so that a
+				   * move never comes before it) */
+	__u64 flow_idle_ticks;  /* jiffies idle after which a flow's state is forgotten (same rule) */
 };
 
 /* ports[i]: a gateway port. The devmap tx_ports holds the same ifindex for XDP_REDIRECT. */
@@ -201,7 +203,7 @@ struct cz_flow {
 	__u32 ports;            /* raw (sport, dport) word, 0 without ports */
 	__u32 salt;             /* flowlet number: moves the flow's ECMP bucket and VXLAN port */
 	__u64 bytes;            /* inner IP bytes seen */
-	__u64 last_ns;          /* time of the last packet */
+	__u64 last_tick;        /* jiffies at the last packet */
 };
 
 /* flow_scratch[0] (per CPU): a flow's key as the first five words and the port word of struct

@@ -6,7 +6,12 @@
  * - -DCZ_FLOOR_DECAP (bench_floor_decap*.o) strips the 50 outer bytes first, as the gateway does:
  *   the least any decapsulating gateway can cost;
  * - with -DCZ_ROUTES_LPM_TRIE as well (bench_floor_decap_lpm*.o) it also looks the inner IPv4
- *   destination up in the same 1M-route trie as the gateway's baseline build. */
+ *   destination up in the same 1M-route trie as the gateway's baseline build.
+ *
+ * Four more bound what the traffic policy can cost (bench/fastpath_policy.py, "ceiling"): with
+ * -DCZ_FLOOR_CLOCK=n the floor adds one reading of a time source to a per-CPU sum, n = 0 a
+ * constant (bench_floor_sink*.o: the sum alone), 1 bpf_ktime_get_ns (bench_floor_clock*.o),
+ * 2 bpf_ktime_get_coarse_ns (bench_floor_coarse*.o), 3 bpf_jiffies64 (bench_floor_jiffies*.o). */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <bpf/bpf_helpers.h>
@@ -46,6 +51,29 @@ static __always_inline int cz_floor_route(void *data, void *data_end)
 }
 #endif
 
+#ifdef CZ_FLOOR_CLOCK
+/* The sum of the readings: a result the compiler cannot drop. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} floor_sum SEC(".maps");
+
+static __always_inline __u64 cz_floor_time(void)
+{
+#if CZ_FLOOR_CLOCK == 1
+	return bpf_ktime_get_ns();
+#elif CZ_FLOOR_CLOCK == 2
+	return bpf_ktime_get_coarse_ns();
+#elif CZ_FLOOR_CLOCK == 3
+	return bpf_jiffies64();
+#else
+	return 1;
+#endif
+}
+#endif
+
 SEC("xdp.frags")
 int cz_floor(struct xdp_md *ctx)
 {
@@ -68,6 +96,12 @@ int cz_floor(struct xdp_md *ctx)
 #ifdef CZ_ROUTES_LPM_TRIE
 	if (cz_floor_route(data, data_end))
 		return XDP_DROP;
+#endif
+#ifdef CZ_FLOOR_CLOCK
+	__u32 zero = 0;
+	__u64 *sum = bpf_map_lookup_elem(&floor_sum, &zero);
+	if (sum)
+		*sum += cz_floor_time();
 #endif
 #ifdef CZ_FLOOR_DECAP
 	if (bpf_xdp_adjust_head(ctx, 50))

@@ -1,10 +1,13 @@
 """Reference model of `bpf/policy.h`: per-flow soft state, DSCP marking, flowlets, VPC rates.
 
 `PolicyState` holds what the kernel keeps in its flows, vpc_buckets and policy_stats maps, and
-the clock (`now`, set by the caller: time is injected, as the test build's test_clock map is
-set by the fast-path tests). `model.process` runs a frame against one state, so a sequence of
-frames through the model and through the kernel, with the same clock readings, must leave the
-same marks, paths, drops and counters. The arithmetic is the C's, modulo 2^64 where it wraps.
+the two clocks (set by the caller: time is injected, as the test build's test_clock map is set by
+the fast-path tests): `now` in ns for the token buckets, and the jiffies the flow state is kept
+in, `ticks` (by default `now` cut into `tick_ns` ticks, abi/ticks.py). The durations in ticks are
+the ones `encode_config` writes for that tick length. `model.process` runs a frame against one
+state, so a sequence of frames through the model and through the kernel, with the same clock
+readings, must leave the same marks, paths, drops and counters. The arithmetic is the C's,
+modulo 2^64 where it wraps.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from crosszone.abi import layout
+from crosszone.abi.ticks import kernel_tick_ns, ticks_at, ticks_for
 from crosszone.compile.tables import Tables, Vpc
 from crosszone.fastpath.testing.model_l4 import csum_replace
 
@@ -28,12 +32,13 @@ def _signed(x: int) -> int:
 
 @dataclass
 class FlowSlot:
-    """struct cz_flow: the key (as a tuple), the flowlet salt, bytes seen, last packet time."""
+    """struct cz_flow: the key (as a tuple), the flowlet salt, bytes seen, jiffies at the last
+    packet."""
 
     key: tuple
     salt: int = 0
     bytes: int = 0
-    last_ns: int = 0
+    last_tick: int = 0
 
 
 @dataclass
@@ -62,12 +67,18 @@ class Mark:
 
 @dataclass
 class PolicyState:
-    """The kernel's flows, vpc_buckets and policy_stats maps, and the clock in ns."""
+    """The kernel's flows, vpc_buckets and policy_stats maps, and the clocks."""
 
     now: int = 0
+    tick_ns: int = field(default_factory=kernel_tick_ns)
     flows: dict[int, FlowSlot] = field(default_factory=dict)
     buckets: dict[int, int] = field(default_factory=dict)
     stats: dict[int, PolicyCounters] = field(default_factory=dict)
+
+    @property
+    def ticks(self) -> int:
+        """Jiffies now (cz_ticks)."""
+        return ticks_at(self.now, self.tick_ns)
 
     def counters(self, vpc_id: int) -> PolicyCounters:
         """The VPC's counters (created at zero)."""
@@ -99,7 +110,8 @@ def _rate_ok(st: PolicyState, vpc: Vpc, direction: int, length: int) -> bool:
 
 def _account(st: PolicyState, t: Tables, key: tuple, vpc_id: int, h: int, length: int) -> Mark:
     """cz_flow_account."""
-    now = st.now
+    now = st.ticks
+    idle, gap = ticks_for(t.flow_idle_ns, st.tick_ns), ticks_for(t.flowlet_gap_ns, st.tick_ns)
     i0 = (h >> (32 - layout.CZ_FLOW_SLOT_BITS)) & ~1
     a, b = st.flows.get(i0), st.flows.get(i0 | 1)
     if a is not None and a.key == key:
@@ -107,21 +119,21 @@ def _account(st: PolicyState, t: Tables, key: tuple, vpc_id: int, h: int, length
     elif b is not None and b.key == key:
         f = b
     else:
-        a_free = a is None or (now - a.last_ns) & M64 >= t.flow_idle_ns
-        b_free = b is None or (now - b.last_ns) & M64 >= t.flow_idle_ns
+        a_free = a is None or (now - a.last_tick) & M64 >= idle
+        b_free = b is None or (now - b.last_tick) & M64 >= idle
         if a_free:
             slot = i0
         elif b_free:
             slot = i0 | 1
         else:
             assert a is not None and b is not None
-            slot = i0 if _signed(a.last_ns - b.last_ns) <= 0 else i0 | 1
+            slot = i0 if _signed(a.last_tick - b.last_tick) <= 0 else i0 | 1
         f = st.flows[slot] = FlowSlot(key, 0, 0, now)
-    if (now - f.last_ns) & M64 >= t.flow_idle_ns:
+    if (now - f.last_tick) & M64 >= idle:
         f.salt, f.bytes = 0, 0
     c = st.counters(vpc_id)
     if f.bytes >= t.elephant_bytes:
-        if (now - f.last_ns) & M64 >= t.flowlet_gap_ns:
+        if (now - f.last_tick) & M64 >= gap:
             f.salt = (f.salt + 1) & 0xFFFFFFFF
             c.flowlet_moves += 1
         dscp = t.bulk_dscp
@@ -130,7 +142,7 @@ def _account(st: PolicyState, t: Tables, key: tuple, vpc_id: int, h: int, length
         dscp = t.small_dscp
         c.small_packets += 1
     f.bytes = (f.bytes + length) & M64
-    f.last_ns = now
+    f.last_tick = now
     return Mark(True, dscp, f.salt)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from crosszone.abi import layout
 from crosszone.abi.objects import object_path
 from crosszone.abi.reasons import Reason, XdpAction
+from crosszone.abi.ticks import kernel_tick_ns, ticks_at
 from crosszone.compile.encode import bind_ports, encode_tables, u32
 from crosszone.compile.tables import Port, Tables
 from crosszone.fastpath.libbpf import BpfObject, xdp_ctx
@@ -87,11 +88,16 @@ class TestRunner:
             res.data_out,
         )
 
-    def set_clock(self, ns: int) -> None:
-        """The program's clock (test builds only: build/xdp_gateway_testclock.o)."""
+    def set_clock(self, ns: int, ticks: int | None = None) -> None:
+        """The program's clocks (test builds only: build/xdp_gateway_testclock.o): ns, and the
+        jiffies, by default ns cut into this kernel's ticks (as `PolicyState.ticks`)."""
         if "test_clock" not in self.maps.maps:
             raise RuntimeError("this object reads the real clock: load xdp_gateway_testclock.o")
-        self.maps.maps["test_clock"].update(b"\0" * 4, ns.to_bytes(8, "little"))
+        if ticks is None:
+            ticks = ticks_at(ns, kernel_tick_ns())
+        clock = self.maps.maps["test_clock"]
+        clock.update((0).to_bytes(4, "little"), ns.to_bytes(8, "little"))
+        clock.update((1).to_bytes(4, "little"), ticks.to_bytes(8, "little"))
 
     def clear_policy_state(self) -> None:
         """Forget every flow, refill every token bucket, zero the policy counters."""

@@ -223,6 +223,7 @@ def _phase(kind: str, event: str, phase: str, streams: dict[str, tuple[Record, R
     detect = min((t for t in (first_route, first_down) if t is not None), default=None)
     last_route = max((t for _ns, t in in_phase), default=None)
     timeline: dict[str, object] = {
+        "at_epoch_s": round(since / 1e9, 6),  # the injection (or repair), to match daemons' logs
         "session_down_ms": [[_ms(t, since), n, r] for t, n, r in downs_in],
         # CPUs that ran no real-time thread for a while (stallwatch): [cpu, ended at, for ms]
         "cpu_stalls": [[x.cpu, _ms(x.end_ns, since), round(x.gap_ms, 1)] for x in stalls

@@ -1,65 +1,29 @@
-"""What the migration asks of FRR, without FRR: link-bandwidth values, the routers' inbound
-policy per step, the bgpd command blocks,
+"""What the migration asks of FRR, without FRR: link-bandwidth values, the bgpd command blocks,
 kernel weights from `ip -j -d route`, the target's share, and when a router has converged."""
 
 from __future__ import annotations
 
 import json
 
-from crosszone.emulate import frr, frr_weights
+from crosszone.emulate import frr
 from crosszone.emulate.fib_watch import share
 from crosszone.emulate.migration import _matches
 
 
 def test_link_bandwidth_splits_the_percentage_over_a_kind() -> None:
-    lb = frr_weights.link_bandwidth
-    assert lb(10, 2) == 1000 and lb(90, 2) == 9000
-    assert lb(100, 1) == 20000
-    assert lb(1, 8) == 25  # still an integer >= 1 per gateway
-    assert lb(0.001, 8) == 1 and lb(100, 0) <= 25600
+    assert frr.link_bandwidth(10, 2) == 1000 and frr.link_bandwidth(90, 2) == 9000
+    assert frr.link_bandwidth(100, 1) == 20000
+    assert frr.link_bandwidth(1, 8) == 25  # still an integer >= 1 per gateway
+    assert frr.link_bandwidth(0.001, 8) == 1 and frr.link_bandwidth(100, 0) <= 25600
 
 
-def test_step_policy_weighs_both_kinds_and_keeps_the_idle_kind_as_backup() -> None:
-    src, dst = ["lgw1", "lgw2"], ["xgw1", "xgw2"]
-    p10 = frr_weights.step_policy(src, dst, 10)
-    assert p10 == {"lgw1": (9000, False), "lgw2": (9000, False),
-                   "xgw1": (1000, False), "xgw2": (1000, False)}
-    assert frr_weights.step_policy(src, dst, 0) == {
-        "lgw1": (None, False), "lgw2": (None, False), "xgw1": (None, True), "xgw2": (None, True)}
-    assert frr_weights.step_policy(src, dst, 100) == {
-        "lgw1": (None, True), "lgw2": (None, True), "xgw1": (None, False), "xgw2": (None, False)}
-    assert frr_weights.plain_policy(src) == {"lgw1": (None, False), "lgw2": (None, False)}
-
-
-def test_policy_commands_rewrite_each_gateway_route_map_then_rerun_stored_routes() -> None:
-    cmds = frr_weights.policy_commands({"xgw1": (1000, False), "lgw1": (None, True)}, v6=True)
-    assert cmds[0] == "configure terminal"
-    i, j = cmds.index("route-map FROM-LGW1 permit 10"), cmds.index("route-map FROM-XGW1 permit 10")
-    assert cmds[i + 1:i + 3] == ["no set extcommunity bandwidth",
-                                 f"set local-preference {frr_weights.BACKUP_LOCAL_PREF}"]
-    assert cmds[j + 1:j + 3] == ["set extcommunity bandwidth 1000", "no set local-preference"]
-    assert cmds[-2:] == ["clear bgp ipv4 unicast * soft in", "clear bgp ipv6 unicast * soft in"]
-    assert not any("ipv6" in c for c in frr_weights.policy_commands({"a": (1, False)}, False))
-    # the router config those commands edit: the route-maps exist and are applied inbound
-    af4, af6, maps = frr_weights.inbound_config({"xgw1": "10.10.3.2"}, v6=False)
-    assert af4 == ["  neighbor 10.10.3.2 soft-reconfiguration inbound",
-                   "  neighbor 10.10.3.2 route-map FROM-XGW1 in"] and af6 == []
-    assert maps[0] == "route-map FROM-XGW1 permit 10"
-
-
-def test_drain_commands_toggle_graceful_shutdown() -> None:
-    assert "bgp graceful-shutdown" in frr_weights.drain_commands(65100, True)
-    assert "no bgp graceful-shutdown" in frr_weights.drain_commands(65100, False)
-    assert "router bgp 65100" in frr_weights.drain_commands(65100, False)
-
-
-def test_bgp_path_peers_lists_every_path_used_or_not() -> None:
-    doc = {"prefix": "10.0.0.100/32", "paths": [
-        {"peer": {"peerId": "10.10.2.2"}, "bestpath": {"overall": True}},
-        {"peer": {"peerId": "10.10.3.2"}}, {"nexthops": []}, "junk"]}
-    assert frr.bgp_path_peers(json.dumps(doc)) == {"10.10.2.2", "10.10.3.2"}
-    assert frr.bgp_path_peers("") == set() and frr.bgp_path_peers("not json") == set()
-    assert frr.bgp_path_peers("[]") == set() and frr.bgp_path_peers("{}") == set()
+def test_weight_commands_set_both_route_maps_and_resend() -> None:
+    cmds = frr.weight_commands(1000, drain=False, v6=True)
+    assert cmds.count("set extcommunity bandwidth 1000") == 3  # anycast, facing v4, facing v6
+    assert "no bgp graceful-shutdown" in cmds and cmds[-1] == "clear bgp ipv6 unicast * soft out"
+    drain = frr.weight_commands(None, drain=True, v6=False)
+    assert "bgp graceful-shutdown" in drain and "no set extcommunity bandwidth" in drain
+    assert not any("ipv6" in c for c in drain)
 
 
 def test_prefix_commands_order_make_before_break() -> None:

@@ -142,6 +142,9 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
     spec = topology.load(topology_file)
     dep = deploy.Deployment(topology.plan(spec), netns.Executor(), topology_path=str(topology_file))
     dep.up(log=lambda m: console.print(f"[cyan]up[/cyan] {m}"))
+    # Attaching the fast paths (hundreds of MiB of tables zeroed) can hold a CPU long enough
+    # for a BFD session to go down and come back: parity would refuse the start meanwhile.
+    dep.wait_sessions(timeout=60)
     p = dep.plan
     canary = spec.vpcs[-1].name
     limits = {k: v[0] for k, v in GUARD_DOCS.items()} | {

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from crosszone.emulate import control_plane, frr, frr_weights, kinds, prometheus, queues, storage
+from crosszone.emulate import control_plane, frr, kinds, prometheus, queues, storage
 from crosszone.emulate import state as st
 from crosszone.emulate.topology import (
     PIN_ROOT,
@@ -327,7 +327,6 @@ class Deployment:
                 f"{' and '.join(k for k in kinds.members(to) if not kinds.get(k).attaches)} "
                 "gateways announce")
         start = self.clock()
-        self._plain_router_policy()
         new = self.announced(to, state)
         current = self.announced(state.active, state)
         old = [g for g in self.plan.gateways if g not in new]
@@ -345,20 +344,6 @@ class Deployment:
         took = self.clock() - start
         log(f"traffic now through {', '.join(g.name for g in new)} ({took:.2f} s)")
         return took
-
-    def _plain_router_policy(self) -> None:
-        """No migration weights or backups left at the routers (a rolled-back migration keeps
-        the target as a backup): a switch is plain ECMP over the set it announces."""
-        from crosszone.emulate.vty import Vty  # vty socket: a millisecond, not a vtysh process
-
-        names = [g.name for g in self.plan.gateways]
-        for ns, v6 in ((self.plan.compute_router_ns, False),
-                       (self.plan.storage_router_ns, self.plan.ipv6)):
-            v = Vty(ns, "bgpd")
-            try:
-                v.run(frr_weights.policy_commands(frr_weights.plain_policy(names), v6), True)
-            finally:
-                v.close()
 
     # ---- health -----------------------------------------------------------------------------
 

@@ -18,7 +18,6 @@ import os
 import sys
 from pathlib import Path
 
-from crosszone.emulate import frr_weights
 from crosszone.emulate.topology import (
     COMPUTE_ROUTER_AS,
     GATEWAY_AS,
@@ -113,22 +112,18 @@ def router_config(p: Plan, which: str) -> str:
     ]
     for peer in peers:
         lines += _neighbor(peer, GATEWAY_AS)
-    # A migration weighs gateways here, inbound (emulate/frr_weights.py).
-    af4, af6, maps = frr_weights.inbound_config(
-        {g.name: peer for g, peer in zip(p.gateways, peers, strict=True)},
-        which == "storage" and p.ipv6)
     lines += [" !", " address-family ipv4 unicast"]
     lines += [f"  network {n}" for n in networks]
     # All gateways share one AS, so their paths tie and multipath installs them as one
     # kernel nexthop group: that is the ECMP over gateways.
-    lines += [f"  maximum-paths {MAX_PATHS}", *af4, " exit-address-family"]
+    lines += [f"  maximum-paths {MAX_PATHS}", " exit-address-family"]
     if which == "storage" and p.ipv6:
         # IPv6 routes ride the IPv4 sessions; bgpd gives them the global IPv6 address of the
         # session's interface as next hop (each storage link has one).
         lines += [" !", " address-family ipv6 unicast", f"  network {spec.storage.subnet6}"]
         lines += [f"  neighbor {peer} activate" for peer in peers]
-        lines += [f"  maximum-paths {MAX_PATHS}", *af6, " exit-address-family"]
-    lines += ["exit", "!", *maps, "end", ""]
+        lines += [f"  maximum-paths {MAX_PATHS}", " exit-address-family"]
+    lines += ["exit", "!", "end", ""]
     return "\n".join(lines)
 
 
@@ -354,17 +349,6 @@ def route_nexthops(route_json: str, prefix: str) -> set[str]:
     return hops
 
 
-def bgp_path_peers(prefix_json: str) -> set[str]:
-    """Session addresses of the peers with a path in `show bgp ... PREFIX json`, used or not."""
-    try:
-        data = json.loads(prefix_json or "{}")
-    except json.JSONDecodeError:
-        return set()
-    paths = data.get("paths", []) if isinstance(data, dict) else []
-    return {str(x["peer"]["peerId"]) for x in paths
-            if isinstance(x, dict) and isinstance(x.get("peer"), dict) and "peerId" in x["peer"]}
-
-
 def kernel_nexthops(route_json: str) -> set[str]:
     """Devices of the live next hops of the kernel route(s) in `ip -j -d route show exact PREFIX`.
 
@@ -403,6 +387,40 @@ def prefix_ops(gw: Gateway, to_compute: list[str], to_storage: list[str], negate
     # vtysh fails on `no network X` when X is not configured: withdrawing twice is fine, and
     # callers verify the outcome in the routers' tables anyway.
     return [Cmd(op.argv, check=not negate)]
+
+
+#: Link-bandwidth units per percent of traffic: FRR takes 1..25600 Mbps per path and weighs
+#: each next hop by its share of the total, so 100 % spread over up to 8 gateways of a kind
+#: stays an integer >= 1 per gateway.
+BW_PER_PERCENT = 200
+
+
+def link_bandwidth(percent: float, gateways: int) -> int:
+    """The link-bandwidth value (Mbps) each of `gateways` gateways announces to carry
+    `percent` of the traffic between them."""
+    return max(1, min(25600, round(percent * BW_PER_PERCENT / max(1, gateways))))
+
+
+def weight_commands(bandwidth: int | None, drain: bool, v6: bool) -> list[str]:
+    """bgpd commands that set what a gateway attaches to its announcements: the BGP
+    link-bandwidth extended community (draft-ietf-idr-link-bandwidth, RFC 10005; None: none,
+    plain ECMP) that the routers turn into next-hop weights, and the graceful-shutdown community
+    (RFC 8326) that drains it: an FRR receiver lowers an eBGP path carrying it to local
+    preference 0, so the routers keep the gateway's routes as backup but send it nothing while
+    another gateway announces. `clear ... soft out` re-sends the routes at once: FRR otherwise
+    applies a route-map change after its 5 s route-map delay timer."""
+    bw = f"set extcommunity bandwidth {bandwidth}" if bandwidth else "no set extcommunity bandwidth"
+    cmds = ["configure terminal",
+            "route-map TO-COMPUTE permit 10", bw, "exit",
+            "route-map TO-STORAGE permit 10", bw, "exit"]
+    if v6:
+        cmds += ["route-map TO-STORAGE permit 20", bw, "exit"]
+    cmds += [f"router bgp {GATEWAY_AS}",
+             "bgp graceful-shutdown" if drain else "no bgp graceful-shutdown", "end",
+             "clear bgp ipv4 unicast * soft out"]
+    if v6:
+        cmds.append("clear bgp ipv6 unicast * soft out")
+    return cmds
 
 
 def kernel_weights(route_json: str) -> dict[str, int]:

@@ -11,15 +11,12 @@ How the emulated deployment does what the engine asks:
   requests still reach whichever gateways announce the anycast VTEP: one VTEP serves every VPC.
   The verdict comes from HTTP reads of known content from every canary endpoint to every
   storage node in both families, against the same reads from production endpoints.
-- **weights**: before the first step the target gateways announce the production prefixes
-  while both routers keep them as backups (lower local preference); each step then rewrites
-  every gateway's inbound route-map on both routers (the BGP link-bandwidth extended community
-  with its share, or backup) and re-runs the stored routes through it (`frr_weights`); the
-  routers' multipath turns the shares into kernel next-hop weights, in both directions (the
-  anycast VTEP at the compute router, the storage-facing prefixes at the storage router). At
-  100 % the source gateways are backups; `finish` drains them with the graceful-shutdown
-  community before they are withdrawn. `converge_ms` is read from the routers' kernels over
-  netlink (`fib_watch`).
+- **weights**: each gateway attaches the BGP link-bandwidth extended community to its
+  announcements (its share of the step's percentage); the routers' multipath turns the shares
+  into kernel next-hop weights, in both directions (the anycast VTEP at the compute router, the
+  storage-facing prefixes at the storage router). At 100 % the source gateways are drained with
+  the graceful-shutdown community instead (their paths stay as backup). `converge_ms` is read
+  from the routers' kernels over netlink (`fib_watch`).
 - **guards**: HTTP reads from every production endpoint to every storage node (errors, p99),
   the target gateways' fast-path drop counters, BGP/BFD session state.
 """
@@ -34,11 +31,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from crosszone.compile.gateway import Ids, compile_gateway
-from crosszone.emulate import control_plane, frr, frr_weights, kinds, storage
+from crosszone.emulate import control_plane, frr, kinds, storage
 from crosszone.emulate import state as st
 from crosszone.emulate.deploy import Deployment
 from crosszone.emulate.fib_watch import RouterFib, share
-from crosszone.emulate.topology import GATEWAY_AS, Endpoint, Gateway
+from crosszone.emulate.topology import Endpoint, Gateway
 from crosszone.emulate.vty import Vty, VtyError
 from crosszone.fastpath.bpf_map import BpfMap
 from crosszone.fastpath.maps_io import GatewayMaps
@@ -265,88 +262,45 @@ class EmulatorDriver:
     # ---- weights ------------------------------------------------------------------------------
 
     def set_weight(self, plan: Plan, weight_new: int) -> float:
-        """Move production traffic to `weight_new` percent on the target gateways: every
-        gateway's inbound policy on both routers (frr_weights), the stored routes through it."""
+        """Move production traffic to `weight_new` percent on the target gateways."""
         src, dst = self.sides(plan)
         to_compute, to_storage = self.production(plan)
         v6 = any(":" in x for x in to_storage)
-        prepare_ms = self._prepare(plan, src, dst, to_compute, to_storage) if weight_new else 0.0
         t0 = self.clock()
-        if weight_new < 100:  # a drained source would stay at local preference 0 (RFC 8326)
-            self.configure(src, frr_weights.drain_commands(GATEWAY_AS, False))
-        policy = frr_weights.step_policy([g.name for g in src], [g.name for g in dst],
-                                         weight_new)
-        self._route_policy(policy, v6)
+        announce = frr.prefix_commands(to_compute, to_storage, False)
+        expect: dict[str, tuple[set[str], float | None]]
+        if weight_new == 0:
+            # Back to the source alone: undrained and unweighted first, then the target leaves.
+            self.configure(src, frr.weight_commands(None, False, v6) + announce)
+            self.configure(dst, frr.prefix_commands(to_compute, to_storage, True)
+                           + frr.weight_commands(None, False, v6), check=False)
+            want = {f"g{g.index}" for g in src}
+            expect = dict.fromkeys(to_compute + to_storage, (want, None))
+        elif weight_new < 100:
+            # The source's weight first: a path without link bandwidth would make the routers
+            # fall back to plain ECMP over every gateway for a moment.
+            self.configure(src, frr.weight_commands(
+                frr.link_bandwidth(100 - weight_new, len(src)), False, v6))
+            self.configure(dst, frr.weight_commands(
+                frr.link_bandwidth(weight_new, len(dst)), False, v6) + announce)
+            want = {f"g{g.index}" for g in src + dst}
+            expect = dict.fromkeys(to_compute + to_storage, (want, float(weight_new)))
+        else:
+            self.configure(dst, frr.weight_commands(frr.link_bandwidth(100, len(dst)), False, v6)
+                           + announce)
+            self.configure(src, frr.weight_commands(None, True, v6))
+            want = {f"g{g.index}" for g in dst}
+            expect = dict.fromkeys(to_compute + to_storage, (want, None))
         announced = self.clock()
-        alone = dst if weight_new >= 100 else src if weight_new <= 0 else src + dst
-        pct = None if weight_new in (0, 100) else float(weight_new)
-        self._wait(dict.fromkeys(to_compute + to_storage,
-                                 ({f"g{g.index}" for g in alone}, pct)),
-                   what=f"kernel weights of step {weight_new}%", new={f"g{g.index}" for g in dst})
+        self._wait(expect, what=f"kernel weights of step {weight_new}%",
+                   new={f"g{g.index}" for g in dst})
         done = self.clock()
-        if weight_new == 0:  # back to the source alone: the target stops announcing
-            self.configure(dst, frr.prefix_commands(to_compute, to_storage, True), check=False)
         self.last_move = {"weight_new": weight_new,
                           "announce_ms": round((announced - t0) * 1000, 1),
                           "converge_ms": round((done - t0) * 1000, 1),
-                          "after_announce_ms": round((done - announced) * 1000, 1),
-                          "prepare_ms": round(prepare_ms, 1)}
+                          "after_announce_ms": round((done - announced) * 1000, 1)}
         self._record_active(plan, weight_new)
         return (done - t0) * 1000
-
-    def _route_policy(self, policy: dict[str, tuple[int | None, bool]], v6: bool) -> None:
-        """The same inbound policy on both routers (IPv6 where the storage router has it)."""
-        p = self.dep.plan
-        for ns, fam6 in ((p.compute_router_ns, False), (p.storage_router_ns, v6)):
-            try:
-                self.vty(ns).run(frr_weights.policy_commands(policy, fam6), True)
-            except (VtyError, OSError):
-                self._vtys.pop((ns, "bgpd")).close()
-                self.vty(ns).run(frr_weights.policy_commands(policy, fam6), True)
-
-    def _prepare(self, plan: Plan, src: list[Gateway], dst: list[Gateway],
-                 to_compute: list[str], to_storage: list[str]) -> float:
-        """Before the first step: the target gateways announce the production prefixes while
-        the routers keep them as backups (no traffic moves), so that every step is only a
-        policy change at the routers. ms taken (0 when they already announce)."""
-        state = st.load()
-        if state is not None and state.active == kinds.ALL:
-            return 0.0  # resumed mid-shift: they announce already
-        t0 = self.clock()
-        v6 = any(":" in x for x in to_storage)
-        self._route_policy(frr_weights.step_policy([g.name for g in src],
-                                                   [g.name for g in dst], 0), v6)
-        self.configure(dst, frr.prefix_commands(to_compute, to_storage, False))
-        self._wait_bgp_paths(dst, to_compute, to_storage)
-        state = st.load()
-        if state is not None:
-            state.active = kinds.ALL
-            st.save(state)
-        return (self.clock() - t0) * 1000
-
-    def _wait_bgp_paths(self, gws: list[Gateway], to_compute: list[str], to_storage: list[str],
-                        timeout: float = 30.0) -> None:
-        """Until both routers' BGP tables hold a path from each of `gws` for every prefix."""
-        p = self.dep.plan
-        wants = [(p.compute_router_ns, x, {g.compute_addr for g in gws}) for x in to_compute]
-        wants += [(p.storage_router_ns, x, {g.storage_addr for g in gws}) for x in to_storage]
-        start = self.clock()
-        while True:
-            missing = [(ns, x) for ns, x, peers in wants
-                       if not peers <= frr.bgp_path_peers(self.show(
-                           ns, "bgpd", f"show bgp {'ipv6' if ':' in x else 'ipv4'} unicast "
-                                       f"{x} json"))]
-            if not missing:
-                return
-            if self.clock() - start > timeout:
-                raise MigrationDriverError(f"target gateways' paths not at the routers: {missing}")
-            self.sleep(0.01)
-
-    def drain(self, plan: Plan) -> None:
-        """Announce the source gateways with the graceful-shutdown community (RFC 8326): they
-        carry nothing already (backups at the routers); this tells every BGP speaker so."""
-        src, _dst = self.sides(plan)
-        self.configure(src, frr_weights.drain_commands(GATEWAY_AS, True))
 
     def _record_active(self, plan: Plan, weight_new: int) -> None:
         state = st.load()
@@ -420,8 +374,7 @@ class EmulatorDriver:
         to_compute, to_storage = frr.gateway_prefixes(self.dep.plan)
         v6 = any(":" in x for x in to_storage)
         self.configure(src, frr.prefix_commands(to_compute, to_storage, True), check=False)
-        self.configure(src, frr_weights.drain_commands(GATEWAY_AS, False))
-        self._route_policy(frr_weights.plain_policy([g.name for g in src + dst]), v6)
+        self.configure(src + dst, frr.weight_commands(None, False, v6))
         self._wait({x: ({f"g{g.index}" for g in dst}, None) for x in to_compute + to_storage},
                    what="source gateways withdrawn")
         self._retired = True

@@ -81,11 +81,6 @@ class Driver(Protocol):
         to stand still over a dwell)."""
         ...
 
-    def drain(self, plan: Plan) -> None:
-        """Mark the source gateways' announcements for graceful shutdown (RFC 8326) before the
-        dwell that checks they carry nothing."""
-        ...
-
     def retire(self, plan: Plan) -> list[str]:
         """Withdraw the source gateways; return their names."""
         ...
@@ -264,7 +259,6 @@ class Engine:
         elif op == "rollback":
             self._rollback_all(reason)
         elif op == "finish":
-            self.driver.drain(s.the_plan)
             s.state, s.since = "draining", self.clock()
             s.drain_mark = self.driver.source_packets(s.the_plan)
             self._record("drain", reason)
@@ -276,8 +270,6 @@ class Engine:
         self.driver.set_canary(plan, True)
         if s.state in ("shifting", "shifted", "draining") or s.weight_new:
             self.driver.set_weight(plan, s.weight_new)
-        if s.state == "draining":
-            self.driver.drain(plan)
 
     def _set_weight(self, weight: int, event: str, reason: str | None = None) -> None:
         ms = self.driver.set_weight(self.state.the_plan, weight)

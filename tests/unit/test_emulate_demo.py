@@ -172,6 +172,17 @@ def test_policy_rows_take_the_queues_and_policy_of_the_policy_topology() -> None
     assert p.namespaces == base.namespaces  # the same deployment, queues added
 
 
+def test_policy_rows_write_checkpoint_parts_the_shaped_ports_carry_in_time() -> None:
+    base = topology.plan(topology.load(topology.DEFAULT_TOPOLOGY))
+    source = topology.load(demo.POLICY_TOPOLOGY)
+    t = demo.policy_targets(demo.with_policy_queues(base, source), source)
+    assert t.checkpoint_max_mib == source.storage.checkpoint_max_mib == 4
+    assert base.spec.storage.checkpoint_max_mib == 64  # the deployment's own parts: 8 MiB
+    argv = runner.worker_argv(t, 0, 5.0, 2)
+    assert argv[argv.index("--ckpt-bytes") + 1] == str(4 << 20)
+    assert t.endpoints == topology.workload_targets(base).endpoints
+
+
 def test_policy_table_compares_off_and_on() -> None:
     def res(lat_ms: int, gb: float) -> runner.WorkloadResult:
         return runner.WorkloadResult(duration_s=10, endpoints=2, read_bytes=int(gb * 1.25e9),

@@ -3,19 +3,23 @@
 The deployment of examples/two-zone-policy.yaml through the crosszone gateways: both VPCs
 share every GPU host and so every shaped port toward the hosts (the bottleneck: 40 Mbit/s per
 host). The greedy tenant (`--greedy`, VPC a) runs `--greedy-loaders` range readers per
-endpoint, the other one reader; both send small requests. Without a rate the greedy tenant's
-many TCP connections take most of each FIFO; with `rate_mbps` on its VPC (the intent's
-per-tenant rate: a token bucket per VPC in the fast path of every gateway) it is held to that
-rate, and the other tenant gets the rest.
+endpoint (6), the other `--other-loaders` (2, as in `bench policy`); both write checkpoints and
+send small requests. Without a rate the greedy tenant's many TCP connections take most of each
+FIFO; with `rate_mbps` on its VPC (the intent's per-tenant rate: a token bucket per VPC in the
+fast path of every gateway) it is held to that rate, and the other tenant gets the rest. The
+traffic policy is on in every round (`--no-policy`: off), as a deployment would run both: with
+it off the rounds moved a third less in all, with checkpoint timeouts (docs/policy.md), so
+what the rate frees was not used.
 
 The rate is per gateway (each gateway has its own bucket). By default it is the greedy tenant's
 fair share of the shaped host ports spread over the crosszone gateways (`fair_rate_mbps`):
 40 Mbit/s x 4 hosts / 2 tenants / 2 gateways = 40 Mbit/s here. A rate above that share holds
 back nothing the ports have not already held back.
 
-One JSON line per round and setting, `{"fairness": "off"|"on", "round", "tenants": {vpc:
-{"bulk_gbps", "small_p99_ms"}}, "bulk_gbps", "other_share", "rate_drops", "errors"}`
-(`rate_drops`: packets the gateways dropped over a VPC's rate, `drop_vpc_rate`), and a summary
+One JSON line per round and setting, `{"fairness": "off"|"on", "round", "cpu_busy", "tenants":
+{vpc: {"bulk_gbps", "small_p99_ms"}}, "bulk_gbps", "other_share", "rate_drops", "errors"}`
+(`bulk_gbps`: range-read bytes as they arrived after the warmup, `rate_drops`: packets the
+gateways dropped over a VPC's rate, `drop_vpc_rate`), and a summary
 with the other tenant's share of the bulk goodput off and on (medians of interleaved rounds, as
 in `bench policy`), the target (`FAIR_SHARE_MARGIN` of its fair share with the rate on) and
 `met`.
@@ -24,6 +28,7 @@ in `bench policy`), the target (`FAIR_SHARE_MARGIN` of its fair share with the r
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,8 +36,10 @@ from typing import Any
 from rich.console import Console
 
 from crosszone.abi.objects import ROOT
+from crosszone.bench.policy import busy_share
 from crosszone.emulate import deploy, kinds, topology
 from crosszone.emulate import policy as pol
+from crosszone.emulate.demo import cpu_sample
 from crosszone.linux import netns
 from crosszone.workload import runner
 
@@ -71,12 +78,15 @@ def fair_rate_mbps(p: topology.Plan, greedy: str) -> int:
 
 
 def round_line(setting: str, rnd: int, res: runner.WorkloadResult, greedy: str,
-               seconds: float, rate_drops: int = 0) -> dict[str, Any]:
-    """The JSON line of one round (`seconds`: its timed window)."""
+               seconds: float, rate_drops: int = 0,
+               cpu_busy: float | None = None) -> dict[str, Any]:
+    """The JSON line of one round (`seconds`: its timed window; `cpu_busy`: the box's CPUs'
+    busy share over the round)."""
     t = tenants(res, seconds)
     total = sum(x["bulk_gbps"] for x in t.values())
     other = total - t.get(greedy, {}).get("bulk_gbps", 0.0)
-    return {"fairness": setting, "round": rnd, "tenants": t, "bulk_gbps": round(total, 4),
+    return {"fairness": setting, "round": rnd, "cpu_busy": cpu_busy, "tenants": t,
+            "bulk_gbps": round(total, 4),
             "other_share": round(other / total, 3) if total else 0.0, "rate_drops": rate_drops,
             "errors": res.errors}
 
@@ -114,8 +124,8 @@ def vpc_rate_drops(ex: netns.Executor, p: topology.Plan) -> int:
 
 
 def run_bench(emit: Emit, rounds: int = 2, duration: float = 15.0, warmup: float = 3.0,
-              greedy: str = "a", greedy_loaders: int = 6, rate_mbps: int | None = None,
-              traffic_policy: bool = True,
+              greedy: str = "a", greedy_loaders: int = 6, other_loaders: int = 2,
+              rate_mbps: int | None = None, traffic_policy: bool = True,
               topology_file: Path = POLICY_TOPOLOGY) -> list[dict[str, Any]]:
     """The whole benchmark (`rate_mbps` None: `fair_rate_mbps`; `traffic_policy`: the small/bulk
     marking on in every round); always takes the deployment down."""
@@ -137,12 +147,13 @@ def run_bench(emit: Emit, rounds: int = 2, duration: float = 15.0, warmup: float
             for setting in (("off", "on") if rnd % 2 == 0 else ("on", "off")):
                 p = pol.apply(ex, pol.with_vpc_rates(
                     p, {greedy: rate if setting == "on" else None}))
-                drops0 = vpc_rate_drops(ex, p)
-                res = runner.run(topology.workload_targets(p), duration=duration, loaders=1,
-                                 console=console, warmup=warmup, loaders_for=more,
-                                 small_apart=True)
+                drops0, c0, t0 = vpc_rate_drops(ex, p), cpu_sample(), time.monotonic()
+                res = runner.run(topology.workload_targets(p), duration=duration,
+                                 loaders=other_loaders, console=console, warmup=warmup,
+                                 loaders_for=more, small_apart=True)
+                busy = busy_share(c0, t0)
                 lines.append(round_line(setting, rnd, res, greedy, duration - warmup,
-                                        vpc_rate_drops(ex, p) - drops0))
+                                        vpc_rate_drops(ex, p) - drops0, busy))
                 for sample in res.error_samples[:3]:
                     console.print(f"[yellow]error[/yellow] {sample}")
                 emit(lines[-1])

@@ -28,6 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 SMALL_BYTES = 4096
+# Every CKPT_INTERVAL_S a burst of CKPT_PARALLEL checkpoint PUTs (the command line's defaults).
+CKPT_INTERVAL_S = 4.0
+CKPT_PARALLEL = 2
 
 
 @dataclass
@@ -296,8 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shards", type=int, default=8)
     ap.add_argument("--shard-bytes", type=int, default=64 << 20)
     ap.add_argument("--ckpt-bytes", type=int, default=8 << 20)
-    ap.add_argument("--ckpt-interval", type=float, default=4.0)
-    ap.add_argument("--ckpt-parallel", type=int, default=2)
+    ap.add_argument("--ckpt-interval", type=float, default=CKPT_INTERVAL_S)
+    ap.add_argument("--ckpt-parallel", type=int, default=CKPT_PARALLEL)
     ap.add_argument("--small-rate", type=float, default=40.0)
     ap.add_argument("--max-requests", type=int, default=200_000)
     ap.add_argument("--seed", type=int, default=1)

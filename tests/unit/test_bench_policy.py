@@ -134,17 +134,17 @@ def test_fair_rate_is_the_greedy_tenants_share_of_the_host_ports_per_gateway() -
     from crosszone.emulate import topology
 
     spec = topology.load(fairness.POLICY_TOPOLOGY)
-    assert fairness.fair_rate_mbps(topology.plan(spec), "a") == 40  # 40 x 4 / 2 / 2
+    assert fairness.fair_rate_mbps(topology.plan(spec)) == 40  # 40 x 4 / 2 / 2
     one_gw = topology.parse(spec.model_dump(mode="json") | {
         "hosts": 2, "gateways": {"crosszone": 1, "legacy": 1}}, source="t")
-    assert fairness.fair_rate_mbps(topology.plan(one_gw), "a") == 40  # 40 x 2 / 2 / 1
+    assert fairness.fair_rate_mbps(topology.plan(one_gw)) == 40  # 40 x 2 / 2 / 1
     unshaped = topology.parse(spec.model_dump(mode="json") | {"queues": None}, source="t")
     with pytest.raises(ValueError, match="--rate-mbps"):
-        fairness.fair_rate_mbps(topology.plan(unshaped), "a")
+        fairness.fair_rate_mbps(topology.plan(unshaped))
     storage_only = topology.parse(spec.model_dump(mode="json") | {
         "queues": {"rate_mbit": 40, "links": ["storage"]}}, source="t")
     with pytest.raises(ValueError, match="shaped host ports"):
-        fairness.fair_rate_mbps(topology.plan(storage_only), "a")
+        fairness.fair_rate_mbps(topology.plan(storage_only))
 
 
 def test_vpc_rates_reach_the_cluster_intent() -> None:

@@ -67,7 +67,7 @@ def tenants(res: runner.WorkloadResult, seconds: float) -> dict[str, dict[str, f
             for vpc, r in sorted(by.items())}
 
 
-def fair_rate_mbps(p: topology.Plan, greedy: str) -> int:
+def fair_rate_mbps(p: topology.Plan) -> int:
     """The greedy tenant's fair share of the shaped host ports, per crosszone gateway (its
     bucket is per gateway): the ports' rate x hosts / tenants / gateways."""
     q = p.spec.queues
@@ -135,7 +135,7 @@ def run_bench(emit: Emit, rounds: int = 2, duration: float = 15.0, warmup: float
     if greedy not in {v.name for v in spec.vpcs}:
         raise ValueError(f"no VPC {greedy!r} in {topology_file}")
     p = topology.plan(spec)
-    rate = rate_mbps or fair_rate_mbps(p, greedy)
+    rate = rate_mbps or fair_rate_mbps(p)
     dep = deploy.Deployment(p, ex, topology_path=str(topology_file))
     lines: list[dict[str, Any]] = []
     try:

@@ -90,7 +90,7 @@ test-unit: setup
 	$(PY) -m pytest -q -m unit tests
 
 demo: build
-	$(VENV)/bin/crosszone demo
+	$(VENV)/bin/crosszone demo $(DEMO_ARGS)
 
 bench: build
 	$(VENV)/bin/crosszone bench fastpath --json

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from emulate_helpers import deployed
 
 from crosszone.emulate import deploy, topology
-from crosszone.linux import netns
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "examples" / "emulate-small.yaml"
@@ -31,9 +31,5 @@ def deployment() -> Iterator[deploy.Deployment]:
     """The small deployment, up for the whole module, always taken down."""
     _skip_unless_root()
     spec = topology.load(SMALL)
-    dep = deploy.Deployment(topology.plan(spec), netns.Executor(), topology_path=str(SMALL))
-    try:
-        dep.up(log=lambda m: print(f"[up] {m}"))
-        yield dep
-    finally:
-        deploy.down(netns.Executor(), log=lambda m: print(f"[down] {m}"))
+    with deployed(spec, SMALL) as d:
+        yield d

@@ -9,11 +9,24 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from crosszone.emulate import deploy, topology
 from crosszone.emulate import state as st
+from crosszone.linux import netns
+
+
+@contextlib.contextmanager
+def deployed(spec: topology.TopologySpec, source: Path) -> Iterator[deploy.Deployment]:
+    """`spec` up for the block, always taken down, even after a failure (a test's fixture)."""
+    d = deploy.Deployment(topology.plan(spec), netns.Executor(), topology_path=str(source))
+    try:
+        d.up(log=lambda m: print(f"[up] {m}"))
+        yield d
+    finally:
+        deploy.down(netns.Executor(), log=lambda m: print(f"[down] {m}"))
 
 
 def kinds(dep: deploy.Deployment) -> list[str]:

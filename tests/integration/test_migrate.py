@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from emulate_helpers import deployed
 
 from crosszone.bench.failover import start_probe
 from crosszone.control.client import Client, ControllerError
@@ -27,7 +28,6 @@ from crosszone.emulate import control_plane, deploy, topology
 from crosszone.emulate.vty import Vty
 from crosszone.fastpath.deploy import pinned_maps
 from crosszone.fastpath.sink import MapSink
-from crosszone.linux import netns
 from crosszone.migrate import engine as eng
 from crosszone.store.sqlite_store import SqliteStore
 from crosszone.workload.udp_probe import analyse
@@ -46,12 +46,8 @@ def dep() -> Iterator[deploy.Deployment]:
     if os.geteuid() != 0:
         pytest.skip("integration tests need root")
     spec = topology.load(TOPOLOGY)
-    d = deploy.Deployment(topology.plan(spec), netns.Executor(), topology_path=str(TOPOLOGY))
-    try:
-        d.up(log=lambda m: print(f"[up] {m}"))
+    with deployed(spec, TOPOLOGY) as d:
         yield d
-    finally:
-        deploy.down(netns.Executor(), log=lambda m: print(f"[down] {m}"))
 
 
 def _cli(store: str, *args: str, check: bool = True, timeout: float = 240

@@ -15,12 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from emulate_helpers import require
+from emulate_helpers import deployed, require
 from rich.console import Console
 
 from crosszone.emulate import deploy, topology
 from crosszone.emulate import policy as pol
-from crosszone.linux import netns
 from crosszone.workload import runner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,12 +34,8 @@ def dep() -> Iterator[deploy.Deployment]:
     spec = topology.load(POLICY).model_copy(update={"hosts": 2})
     spec = topology.parse(spec.model_dump(mode="json") | {
         "gateways": {"crosszone": 1, "legacy": 1}}, source=str(POLICY))
-    d = deploy.Deployment(topology.plan(spec), netns.Executor(), topology_path=str(POLICY))
-    try:
-        d.up(log=lambda m: print(f"[up] {m}"))
+    with deployed(spec, POLICY) as d:
         yield d
-    finally:
-        deploy.down(netns.Executor(), log=lambda m: print(f"[down] {m}"))
 
 
 def _run(d: deploy.Deployment, on: bool) -> runner.WorkloadResult:

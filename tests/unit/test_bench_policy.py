@@ -72,7 +72,9 @@ def test_summary_without_rounds_does_not_divide_by_zero() -> None:
 def _tenant_result() -> runner.WorkloadResult:
     res = runner.WorkloadResult(duration_s=10.0, endpoints=4)
     for name, gb, lat in (("h1-a", 0.3, 50), ("h2-a", 0.3, 70), ("h1-b", 0.1, 5), ("h2-b", 0.1, 6)):
-        res.per_endpoint[name] = {"read_bytes": int(gb * 10 / 8 * 1e9), "written_bytes": 0,
+        # Whole blocks at completion (read_bytes) overstate the window; goodput is timed bytes.
+        res.per_endpoint[name] = {"read_bytes": int(gb * 20 / 8 * 1e9),
+                                  "timed_read_bytes": int(gb * 10 / 8 * 1e9), "written_bytes": 0,
                                   "small": 1, "errors": 0, "small_lat_us": [lat * 1000] * 10}
     return res
 
@@ -81,10 +83,68 @@ def test_fairness_splits_goodput_and_latency_by_tenant() -> None:
     t = fairness.tenants(_tenant_result(), 10.0)
     assert t["a"]["bulk_gbps"] == pytest.approx(0.6) and t["b"]["bulk_gbps"] == pytest.approx(0.2)
     assert t["a"]["small_p99_ms"] == 70.0 and t["b"]["small_p99_ms"] == 6.0
-    line = fairness.round_line("off", 0, _tenant_result(), "a", 10.0)
-    assert line["other_share"] == 0.25
-    s = fairness.summary([line, dict(line, fairness="on", other_share=0.5)], "a", 100)
-    assert s["other_share_off"] == 0.25 and s["other_share_on"] == 0.5
+    line = fairness.round_line("off", 0, _tenant_result(), "a", 10.0, rate_drops=7)
+    assert line["other_share"] == 0.25 and line["bulk_gbps"] == pytest.approx(0.8)
+    assert line["rate_drops"] == 7 and line["errors"] == 0
+
+
+def test_fairness_line_of_a_round_without_goodput_has_no_share() -> None:
+    res = runner.WorkloadResult(duration_s=10.0, endpoints=0)
+    line = fairness.round_line("on", 1, res, "a", 10.0)
+    assert line["other_share"] == 0.0 and line["tenants"] == {} and line["bulk_gbps"] == 0.0
+
+
+def _fair_line(setting: str, greedy_gbps: float, other_gbps: float) -> dict[str, object]:
+    total = greedy_gbps + other_gbps
+    return {"fairness": setting, "tenants": {"a": {"bulk_gbps": greedy_gbps},
+                                             "b": {"bulk_gbps": other_gbps}},
+            "bulk_gbps": total, "other_share": round(other_gbps / total, 3)}
+
+
+def test_fairness_summary_uses_medians_and_meets_the_fair_share() -> None:
+    lines = [_fair_line("off", 0.12, 0.03), _fair_line("on", 0.07, 0.08),
+             _fair_line("on", 0.06, 0.09), _fair_line("off", 0.11, 0.02),
+             _fair_line("on", 0.08, 0.07)]
+    s = fairness.summary(lines, "a", 40, gateways=2, n_tenants=2)
+    assert s["summary"] is True and s["greedy"] == "a" and s["greedy_rate_mbps"] == 40
+    assert s["greedy_cap_gbps"] == 0.08  # 40 Mbit/s on each of 2 gateways
+    assert s["other_share_on"] == 0.533  # median of 0.533, 0.6, 0.467
+    assert s["other_share_off"] == pytest.approx((0.2 + 0.154) / 2, abs=1e-3)
+    assert s["greedy_gbps_off"] == pytest.approx(0.115) and s["greedy_gbps_on"] == 0.07
+    assert s["bulk_gbps_off"] == pytest.approx(0.14) and s["bulk_gbps_on"] == 0.15
+    assert s["targets"] == {"other_share_on": 0.45} and s["met"] is True
+
+
+def test_fairness_summary_misses_the_target_below_the_fair_share() -> None:
+    lines = [_fair_line("off", 0.12, 0.03), _fair_line("on", 0.09, 0.06)]
+    s = fairness.summary(lines, "a", 40, gateways=2)
+    assert s["other_share_on"] == 0.4 and s["met"] is False
+    # Three tenants: the two others' fair share is 2/3, so 0.6 of the goodput is 0.9 of it.
+    assert fairness.summary([_fair_line("on", 0.4, 0.6)], "a", 40, n_tenants=3)["met"] is True
+    assert fairness.summary([_fair_line("on", 0.41, 0.59)], "a", 40, n_tenants=3)["met"] is False
+
+
+def test_fairness_summary_without_rounds_is_not_met() -> None:
+    s = fairness.summary([], "a", 40)
+    assert s["other_share_on"] == 0.0 and s["met"] is False
+    assert fairness.summary([_fair_line("off", 0.1, 0.1)], "a", 40)["met"] is False
+
+
+def test_fair_rate_is_the_greedy_tenants_share_of_the_host_ports_per_gateway() -> None:
+    from crosszone.emulate import topology
+
+    spec = topology.load(fairness.POLICY_TOPOLOGY)
+    assert fairness.fair_rate_mbps(topology.plan(spec)) == 40  # 40 x 4 / 2 / 2
+    one_gw = topology.parse(spec.model_dump(mode="json") | {
+        "hosts": 2, "gateways": {"crosszone": 1, "legacy": 1}}, source="t")
+    assert fairness.fair_rate_mbps(topology.plan(one_gw)) == 40  # 40 x 2 / 2 / 1
+    unshaped = topology.parse(spec.model_dump(mode="json") | {"queues": None}, source="t")
+    with pytest.raises(ValueError, match="--rate-mbps"):
+        fairness.fair_rate_mbps(topology.plan(unshaped))
+    storage_only = topology.parse(spec.model_dump(mode="json") | {
+        "queues": {"rate_mbit": 40, "links": ["storage"]}}, source="t")
+    with pytest.raises(ValueError, match="shaped host ports"):
+        fairness.fair_rate_mbps(topology.plan(storage_only))
 
 
 def test_vpc_rates_reach_the_cluster_intent() -> None:

@@ -172,14 +172,42 @@ def test_policy_rows_take_the_queues_and_policy_of_the_policy_topology() -> None
     assert p.namespaces == base.namespaces  # the same deployment, queues added
 
 
-def test_policy_table_compares_off_and_on() -> None:
-    def res(lat_ms: int, gb: float) -> runner.WorkloadResult:
-        return runner.WorkloadResult(duration_s=10, endpoints=2, read_bytes=int(gb * 1.25e9),
-                                     small_lat_us=[lat_ms * 1000] * 100)
+def test_policy_rows_write_checkpoint_parts_the_shaped_ports_carry_in_time() -> None:
+    base = topology.plan(topology.load(topology.DEFAULT_TOPOLOGY))
+    p = demo.with_policy_queues(base, topology.load(demo.POLICY_TOPOLOGY))
+    t = demo.policy_targets(p)
+    # 8 endpoints x 2 parts every 4 s: 33.6 Mbit/s per MiB of part; 0.85 x 2 x 40 = 68 Mbit/s.
+    assert t.checkpoint_max_mib == 2
+    assert demo.checkpoint_mbit(t) == pytest.approx(67.1, abs=0.1)
+    assert demo.checkpoint_mbit(topology.workload_targets(p)) == pytest.approx(268.4, abs=0.1)
+    argv = runner.worker_argv(t, 0, 5.0, 2)
+    assert argv[argv.index("--ckpt-bytes") + 1] == str(2 << 20)
+    assert t.endpoints == topology.workload_targets(base).endpoints
 
-    table = demo.policy_table("crosszone", {"off": res(100, 1.0), "on": res(10, 0.9)})
+
+def test_policy_targets_keep_smaller_parts_and_unshaped_storage_ports() -> None:
+    spec = topology.load(demo.POLICY_TOPOLOGY)
+    two_hosts = topology.plan(spec.model_copy(update={"hosts": 2}))
+    assert demo.policy_targets(two_hosts).checkpoint_max_mib == 4  # 4 MiB: 67 of 68 Mbit/s
+    rich = topology.parse(spec.model_dump(mode="json") | {
+        "hosts": 1, "queues": {"rate_mbit": 400, "links": ["storage"]}}, source="t")
+    assert demo.policy_targets(topology.plan(rich)).checkpoint_max_mib == 4  # never larger
+    hosts_only = topology.parse(spec.model_dump(mode="json") | {
+        "queues": {"rate_mbit": 1, "links": ["hosts"]}}, source="t")
+    assert demo.policy_targets(topology.plan(hosts_only)).checkpoint_max_mib == 4
+    tight = topology.parse(spec.model_dump(mode="json") | {
+        "queues": {"rate_mbit": 1, "links": ["storage"]}}, source="t")
+    assert demo.policy_targets(topology.plan(tight)).checkpoint_max_mib == 1  # the least
+
+
+def test_policy_table_compares_off_and_on() -> None:
+    def res(p50_ms: int, tail_ms: int, gb: float) -> runner.WorkloadResult:
+        return runner.WorkloadResult(duration_s=10, endpoints=2, read_bytes=int(gb * 1.25e9),
+                                     small_lat_us=[p50_ms * 1000] * 98 + [tail_ms * 1000] * 2)
+
+    table = demo.policy_table("crosszone", {"off": res(100, 400, 1.0), "on": res(10, 200, 0.9)})
     assert table.row_count == 2
-    assert "10.0x better" in str(table.caption) and "0.90" in str(table.caption)
+    assert "p50 10.0x, p99 2.0x better" in str(table.caption) and "0.90" in str(table.caption)
 
 
 @pytest.mark.parametrize(("cpus", "bfd", "loader"),

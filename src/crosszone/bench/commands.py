@@ -192,9 +192,17 @@ def bench_fairness(
     rounds: int = typer.Option(2, "--rounds", min=1, max=20),
     duration: float = typer.Option(15.0, "--duration", min=5.0, max=300.0),
     greedy: str = typer.Option("a", "--greedy", help="the greedy tenant's VPC"),
-    greedy_loaders: int = typer.Option(6, "--greedy-loaders", min=1, max=16),
-    rate_mbps: int = typer.Option(100, "--rate-mbps", min=1,
-                                  help="the greedy tenant's rate per gateway, when on"),
+    greedy_loaders: int = typer.Option(6, "--greedy-loaders", min=1, max=16,
+                                       help="range readers per endpoint of the greedy tenant"),
+    other_loaders: int = typer.Option(2, "--other-loaders", min=1, max=16,
+                                      help="range readers per endpoint of the other tenants"),
+    rate_mbps: int | None = typer.Option(
+        None, "--rate-mbps", min=1,
+        help="the greedy tenant's rate per gateway, when on (default: its fair share of the "
+             "shaped host ports over the crosszone gateways)"),
+    traffic_policy: bool = typer.Option(
+        True, "--policy/--no-policy",
+        help="the traffic policy (small/bulk marking, strict priority) on in every round"),
 ) -> None:
     """Two tenants, one greedy: bulk goodput per tenant without and with a per-tenant rate."""
     from crosszone.bench.fairness import run_bench
@@ -203,7 +211,9 @@ def bench_fairness(
     with Progress("bench fairness") as p:
         p.step(f"{rounds} rounds of {duration:g} s, greedy tenant {greedy}")
         run_bench(_emitter(p), rounds=rounds, duration=duration, greedy=greedy,
-                  greedy_loaders=greedy_loaders, rate_mbps=rate_mbps)
+                  greedy_loaders=greedy_loaders, other_loaders=other_loaders,
+                  rate_mbps=rate_mbps,
+                  traffic_policy=traffic_policy)
 
 
 def _csv(value: str, allowed: tuple[str, ...], what: str) -> list[str]:

@@ -4,6 +4,8 @@ Path, rebuilt for every row so that rows share nothing:
 
     czbench-gen  g0 ==veth==  c0  czbench-gw  s0 ==veth==  r0  czbench-sink
 
+(with CROSSZONE_EMULATE_INSTANCE=f: czbenchf-gen and so on, and the pins under czbenchf.)
+
 - Generator: BPF_PROG_TEST_RUN in live-frames mode (batch 64) of a cz_floor-like XDP_TX program
   (bpf/bench_forward_gen.c: it rewrites the headers, then XDP_TX) with ingress g0: every iteration
   transmits the original frame out of g0 into the gateway's c0. The process is pinned to one
@@ -44,9 +46,13 @@ import yaml
 
 from crosszone.abi.objects import BUILD_DIR, object_path
 from crosszone.emulate.crosszone_gateway import crosszone_bin
+from crosszone.emulate.topology import INSTANCE
 
-GEN, GW, SINK = "czbench-gen", "czbench-gw", "czbench-sink"
-PIN = Path("/sys/fs/bpf/czbench")
+# Named after the emulator instance (CROSSZONE_EMULATE_INSTANCE) like everything the emulator
+# owns: `teardown` removes these names first, so a second instance's bench (or demo, part 3)
+# must never share them with the default one's.
+GEN, GW, SINK = (f"czbench{INSTANCE}-{x}" for x in ("gen", "gw", "sink"))
+PIN = Path(f"/sys/fs/bpf/czbench{INSTANCE}")
 BUILD = BUILD_DIR
 MAC = {"g0": "02:b0:00:00:00:01", "c0": "02:b0:00:00:00:02",
        "s0": "02:b0:00:00:01:02", "r0": "02:b0:00:00:01:01",

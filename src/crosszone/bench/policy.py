@@ -35,7 +35,7 @@ from crosszone.abi.objects import ROOT
 from crosszone.emulate import deploy, kinds, topology
 from crosszone.emulate import policy as pol
 from crosszone.emulate import state as st
-from crosszone.emulate.demo import cpu_delta, cpu_sample
+from crosszone.emulate.demo import CpuSample, cpu_delta, cpu_sample
 from crosszone.linux import netns
 from crosszone.workload import runner
 
@@ -111,6 +111,12 @@ def summary(kind: str, lines: list[dict[str, Any]], floor_p99: float | None) -> 
     return out
 
 
+def busy_share(c0: CpuSample, t0: float) -> float:
+    """The box's CPUs' busy share since `c0` was sampled at monotonic time `t0`."""
+    cpu, elapsed = cpu_delta(c0, cpu_sample()), time.monotonic() - t0
+    return round(cpu.busy_s / max(elapsed, 1e-9) / max(1, len(cpu.per_cpu_softirq_s)), 3)
+
+
 def _measure(ex: netns.Executor, p: topology.Plan, console: Console, duration: float,
              warmup: float, bulk: bool = True) -> tuple[runner.WorkloadResult, int, int, float]:
     """One workload run: its result, TCP segments sent, reorderings, CPU busy share."""
@@ -119,10 +125,9 @@ def _measure(ex: netns.Executor, p: topology.Plan, console: Console, duration: f
     c0, t0 = cpu_sample(), time.monotonic()
     res = runner.run(topology.workload_targets(p), duration=duration, loaders=LOADERS,
                      console=console, warmup=warmup, bulk=bulk, small_apart=True)
-    cpu, elapsed = cpu_delta(c0, cpu_sample()), time.monotonic() - t0
+    busy = busy_share(c0, t0)
     s1, o1 = tcp_counters(ex, watch)
-    ncpu = max(1, len(cpu.per_cpu_softirq_s))
-    return res, s1 - s0, o1 - o0, round(cpu.busy_s / elapsed / ncpu, 3)
+    return res, s1 - s0, o1 - o0, busy
 
 
 def run_bench(emit: Emit, topology_file: Path = POLICY_TOPOLOGY, rounds: int = 3,

@@ -61,6 +61,8 @@ class WorkloadResult:
     endpoints: int
     read_bytes: int = 0
     written_bytes: int = 0
+    # Range-read bytes as they arrived between the warmup's end and the deadline (worker.py).
+    timed_read_bytes: int = 0
     reads: int = 0
     writes: int = 0
     small: int = 0
@@ -216,6 +218,7 @@ def run(targets: Targets, duration: float = 15.0, loaders: int = 2,
             continue
         res.duration_s = max(res.duration_s, float(doc.get("elapsed_s", duration)))
         res.read_bytes += int(doc["read_bytes"])
+        res.timed_read_bytes += int(doc["timed_read_bytes"])
         res.written_bytes += int(doc["written_bytes"])
         res.reads += int(doc["reads"])
         res.writes += int(doc["writes"])
@@ -224,8 +227,9 @@ def run(targets: Targets, duration: float = 15.0, loaders: int = 2,
         res.small_lat_us += list(doc.get("small_lat_us", []))
         res.error_samples += [f"{name}: {e}" for e in doc.get("error_samples", [])]
         ep = res.per_endpoint.setdefault(name.split("/")[0], {
-            "read_bytes": 0, "written_bytes": 0, "small": 0, "errors": 0, "small_lat_us": []})
-        for k in ("read_bytes", "written_bytes", "small", "errors"):
+            "read_bytes": 0, "timed_read_bytes": 0, "written_bytes": 0, "small": 0, "errors": 0,
+            "small_lat_us": []})
+        for k in ("read_bytes", "timed_read_bytes", "written_bytes", "small", "errors"):
             ep[k] += int(doc[k])
         ep["small_lat_us"] += list(doc.get("small_lat_us", []))
     return res

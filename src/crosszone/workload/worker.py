@@ -28,6 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 SMALL_BYTES = 4096
+# Every CKPT_INTERVAL_S a burst of CKPT_PARALLEL checkpoint PUTs (the command line's defaults).
+CKPT_INTERVAL_S = 4.0
+CKPT_PARALLEL = 2
 
 
 @dataclass
@@ -37,6 +40,10 @@ class Counters:
     lock: threading.Lock = field(default_factory=threading.Lock)
     read_bytes: int = 0
     reads: int = 0
+    # Range-read bytes as they arrive, between the end of the warmup and the deadline: the
+    # goodput of that window. read_bytes counts whole blocks when they complete, in flight ones
+    # after the deadline too, which favours whoever has more connections open at the end.
+    timed_read_bytes: int = 0
     written_bytes: int = 0
     writes: int = 0
     small: int = 0
@@ -76,13 +83,17 @@ class Client:
             self.conn = None
 
 
-def _read_exact(resp: http.client.HTTPResponse, buf: memoryview) -> int:
+def _read_exact(resp: http.client.HTTPResponse, buf: memoryview,
+                on_bytes: Callable[[int], None] | None = None) -> int:
+    """Read until `buf` is full or the response ends; `on_bytes` sees every chunk's size."""
     got = 0
     while got < len(buf):
         n = resp.readinto(buf[got:])
         if not n:
             break
         got += n
+        if on_bytes is not None:
+            on_bytes(n)
     return got
 
 
@@ -126,6 +137,12 @@ class Worker:
             self.c.requests += 1
         return True
 
+    def count_read(self, n: int) -> None:
+        """Add `n` range-read bytes that arrived now to the timed window's count."""
+        if self.timed_from <= self.clock() < self.deadline:
+            with self.c.lock:
+                self.c.timed_read_bytes += n
+
     def loader(self, idx: int) -> None:
         cfg = self.cfg
         rng = random.Random(cfg.seed * 1000 + idx)
@@ -139,7 +156,7 @@ class Worker:
             try:
                 resp = client.request("GET", f"/dataset/shard-{shard:05d}.bin",
                                       headers={"Range": rng_hdr})
-                got = _read_exact(resp, buf)
+                got = _read_exact(resp, buf, self.count_read)
                 if resp.status != 206 or got != cfg.block_bytes:
                     self.c.error(f"range read: status {resp.status}, {got} bytes")
                     client.close()
@@ -238,8 +255,9 @@ class Worker:
         with self.c.lock:
             doc: dict[str, object] = {
                 "type": kind, "name": self.cfg.name, "read_bytes": self.c.read_bytes,
-                "reads": self.c.reads, "written_bytes": self.c.written_bytes,
-                "writes": self.c.writes, "small": self.c.small, "errors": self.c.errors,
+                "timed_read_bytes": self.c.timed_read_bytes, "reads": self.c.reads,
+                "written_bytes": self.c.written_bytes, "writes": self.c.writes,
+                "small": self.c.small, "errors": self.c.errors,
             }
             if kind == "result":
                 doc["small_lat_us"] = list(self.c.small_lat_us)
@@ -281,8 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shards", type=int, default=8)
     ap.add_argument("--shard-bytes", type=int, default=64 << 20)
     ap.add_argument("--ckpt-bytes", type=int, default=8 << 20)
-    ap.add_argument("--ckpt-interval", type=float, default=4.0)
-    ap.add_argument("--ckpt-parallel", type=int, default=2)
+    ap.add_argument("--ckpt-interval", type=float, default=CKPT_INTERVAL_S)
+    ap.add_argument("--ckpt-parallel", type=int, default=CKPT_PARALLEL)
     ap.add_argument("--small-rate", type=float, default=40.0)
     ap.add_argument("--max-requests", type=int, default=200_000)
     ap.add_argument("--seed", type=int, default=1)

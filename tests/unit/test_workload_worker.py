@@ -1,0 +1,67 @@
+"""The workload worker's goodput window, without a network: a fake clock and fake responses."""
+
+from __future__ import annotations
+
+import pytest
+
+from crosszone.workload import worker
+
+pytestmark = pytest.mark.unit
+
+
+class _Clock:
+    def __init__(self, t: float = 100.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class _Response:
+    """Hands out `chunks` bytes per readinto, as a socket does, then ends."""
+
+    def __init__(self, chunks: list[int]) -> None:
+        self.chunks = list(chunks)
+
+    def readinto(self, buf: memoryview) -> int:
+        if not self.chunks:
+            return 0
+        n = min(self.chunks.pop(0), len(buf))
+        buf[:n] = b"x" * n
+        return n
+
+
+def _worker(clock: _Clock, duration: float = 10.0, warmup: float = 2.0) -> worker.Worker:
+    cfg = worker.Config(name="h1-a", servers=("172.16.0.11",), duration=duration, loaders=1,
+                        block_bytes=1 << 20, shards=1, shard_bytes=1 << 20, ckpt_bytes=0,
+                        ckpt_interval=1.0, ckpt_parallel=0, small_rate=0, max_requests=10,
+                        seed=1, warmup=warmup)
+    return worker.Worker(cfg, clock=clock)
+
+
+def test_read_exact_reports_every_chunk_and_stops_at_the_end() -> None:
+    seen: list[int] = []
+    buf = memoryview(bytearray(100))
+    assert worker._read_exact(_Response([30, 30, 30]), buf, seen.append) == 90  # type: ignore[arg-type]
+    assert seen == [30, 30, 30]
+    assert worker._read_exact(_Response([60, 60]), buf) == 100  # type: ignore[arg-type]
+
+
+def test_only_bytes_between_the_warmup_and_the_deadline_are_timed() -> None:
+    clock = _Clock(100.0)
+    w = _worker(clock)  # timed from 102.0, deadline 110.0
+    for t, n in ((101.999, 1), (102.0, 10), (106.0, 100), (109.999, 1000), (110.0, 10_000),
+                 (115.0, 100_000)):
+        clock.t = t
+        w.count_read(n)
+    assert w.c.timed_read_bytes == 1110
+    assert w.snapshot("result")["timed_read_bytes"] == 1110
+
+
+def test_without_warmup_the_window_starts_at_once() -> None:
+    clock = _Clock(5.0)
+    w = _worker(clock, duration=1.0, warmup=0.0)
+    w.count_read(7)
+    clock.t = 6.0
+    w.count_read(9)
+    assert w.c.timed_read_bytes == 7

@@ -241,13 +241,19 @@ def test_killed_controller_stops_neither_the_migration_nor_forwarding(
     store = control_plane.store_url()
     db = SqliteStore(store.removeprefix("sqlite://"))
     kill_at = random.choice([1, 2])
-    plan = json.loads(_cli(store, "plan", "--canary", "c", "--steps", "10,50,100", "--dwell",
-                           "3s", "--guards", _loose_guards(tmp_path), "--json").stdout)["plan"]
+    planned = subprocess.run([*CLI, "plan", "--canary", "c", "--steps", "10,50,100", "--dwell",
+                              "3s", "--guards", _loose_guards(tmp_path), "--json"],
+                             capture_output=True, text=True, check=True)
+    plan = json.loads(planned.stdout)["plan"]
     probe = Probe(dep, tmp_path)
     runner = subprocess.Popen([*CLI, "run", "--store", store], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     client = Client(control_plane.controller_url(), control_plane.token())
     try:
+        deadline = time.time() + 60
+        while not eng.runner_alive(db, time.time()):  # its first heartbeat
+            assert time.time() < deadline and runner.poll() is None, "the runner did not start"
+            time.sleep(0.1)
         queued = client.migration_op("start", plan)
         assert queued["queued"] == "start" and queued["runner_alive"], queued
         st = _wait_state(db, lambda s: s.state == "shifting" and s.step == kill_at)

@@ -36,10 +36,11 @@ from typing import Any
 from rich.console import Console
 
 from crosszone.abi.objects import ROOT
-from crosszone.bench.failover import start_probe
+from crosszone.bench.failover import STALL_REPORT_MS, start_probe
 from crosszone.bench.migrate_chart import Sampler, draw
 from crosszone.emulate import deploy, topology
 from crosszone.emulate.migration import EmulatorDriver
+from crosszone.emulate.stallwatch import StallWatch
 from crosszone.emulate.topology import workload_targets
 from crosszone.linux import netns
 from crosszone.migrate import engine as eng
@@ -188,9 +189,12 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
     outcomes: list[str] = []
     sampler = Sampler(dep)
     sampler.start()
+    watch = StallWatch()  # CPUs that ran no real-time thread for a while: explains BFD flaps
+    watch.__enter__()
     try:
         for pl in plans:
             driver = Moves(dep, log=lambda m: console.print(m))
+            dep.wait_sessions(timeout=60)  # parity refuses a start while a session is down
             try:
                 final, events = _migrate(store, driver, pl, log=lambda m: console.print(m))
             finally:
@@ -202,6 +206,7 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
         total_s = time.time() - t_start
         wl.join(timeout=duration + 60)
     finally:
+        watch.__exit__(None, None, None)
         sampler.halt.set()
         records = udp.stop()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -222,6 +227,9 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
         "total_s": round(total_s, 1),
         "tcp_resets": _tcp_resets(namespaces) - resets0,
         "converge_ms_max": max((x["converge_ms"] or 0) for x in lines) if lines else None,
+        # [cpu, ended (s after the start), for ms] of every stall of 50 ms or more
+        "cpu_stalls": [[x.cpu, round(x.end_ns / 1e9 - t_start, 2), round(x.gap_ms, 1)]
+                       for x in watch.stalls if x.gap_ms >= STALL_REPORT_MS],
         "probe": {"sent": sum(len(sent.seq) for sent, _r in records.values()),
                   "pps_per_family_each_way": pps, "flows_per_family_each_way": flows,
                   "streams": sorted(records)},

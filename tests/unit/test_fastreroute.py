@@ -205,3 +205,19 @@ def test_encoded_replace_is_what_pyroute2_parses() -> None:
     ack = struct.pack("=IHHIIi", 20, 2, 0, 5, 0, 0) + struct.pack("=IHHIIi", 20, 2, 0, 6, 0, -19)
     assert parse_acks(ack) == {5: 0, 6: 19}
     assert parse_acks(b"\x01\x00") == {} and parse_acks(struct.pack("=IHHII", 4, 2, 0, 1, 0)) == {}
+
+
+def test_every_path_quiet_at_once_takes_nothing_down_one_quiet_path_does() -> None:
+    """The router's own packet processing deferred (no answer from any gateway for 60 ms while
+    the prober runs on time) is not a gateway failure; one gateway quiet while another answers
+    is."""
+    d = _det(3)
+    _run(d, 0.0, 1.0, {101, 102, 103})
+    assert _run(d, 1.0, 1.06, set()) == []  # 12 echoes each unanswered, no witness
+    assert _run(d, 1.06, 1.5, {101, 102, 103}) == []  # the late answers arrive: all still in
+    ev = _run(d, 1.5, 1.6, {102, 103})
+    assert [(w, g) for _t, w, g in ev] == [("down", "g1")]
+    # with g1 out, g2 and g3 going quiet together still has no witness: nothing more goes out
+    assert _run(d, 1.6, 1.7, set()) == []
+    # but g2 alone going quiet while g3 answers does
+    assert [(w, g) for _t, w, g in _run(d, 1.7, 1.8, {103})] == [("down", "g2")]

@@ -14,9 +14,11 @@ per router namespace, at real-time priority on bfdd's CPU, below bfdd's.
   carry the policy's `small_dscp`, the highest-priority class of the emulated queues, as BFD
   would be in the network-control class.
 - **When a gateway is down.** `multiplier` echoes in a row unanswered over at least
-  `multiplier` intervals: its next hops leave every multipath route of the namespace (IPv4 and
-  IPv6), every changed route in one netlink datagram (`emulate/multipath_routes.py`). A
-  route's last next hop stays (nothing to move to).
+  `multiplier` intervals, while another gateway still answers (a witness: when every echo path
+  goes quiet at once, the router's own packet processing is late, which on a busy box happens
+  when the kernel defers it to ksoftirqd at normal priority): its next hops leave every
+  multipath route of the namespace (IPv4 and IPv6), every changed route in one netlink
+  datagram (`emulate/multipath_routes.py`). A route's last next hop stays (nothing to move to).
 - **Not fooled by its own stalls.** Every queued answer is read before any decision, an answer
   counts from when it is read, and only echoes actually sent count as unanswered: a process
   that did not run for a while (a frozen CPU, a long system call elsewhere) neither sent echoes
@@ -101,8 +103,14 @@ class Detector:
         if now - self.next_tick > self.interval_s:
             self.late_ticks += 1
         window = self.multiplier * self.interval_s
+        # A witness: another gateway still in that answered within the window. When none did,
+        # every echo path went quiet at once, which on a busy box is this router's own packet
+        # processing deferred (ksoftirqd runs at normal priority), not gateways failing; and
+        # were they all down, there would be nothing to move the traffic to anyway.
+        answered = {id(q) for q in self.peers if not q.down and now - q.last_reply < window}
         for p in self.peers:
-            if not p.down and p.unanswered >= self.multiplier and now - p.last_reply >= window:
+            if (not p.down and p.unanswered >= self.multiplier and now - p.last_reply >= window
+                    and answered - {id(p)}):
                 p.down, p.answering_since = True, None
                 out.append(("down", p))
             elif p.down:

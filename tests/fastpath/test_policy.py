@@ -8,9 +8,13 @@ so kernel and model see the same times."""
 
 from __future__ import annotations
 
+import ctypes
+
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from crosszone.abi import layout
 from crosszone.abi.objects import object_path
 from crosszone.abi.reasons import Reason, XdpAction
 from crosszone.fastpath.testing import model
@@ -43,6 +47,20 @@ def _same(k: model.Result, m: model.Result) -> None:
     assert k.data == m.data
 
 
+def _same_flow_table(runner: TestRunner, st: PolicyState) -> None:
+    """Slot for slot, the kernel's flow table holds the model's flows: the same salt, the byte
+    count (which stops at demotion) and the jiffy of the last packet."""
+    size = ctypes.sizeof(layout.CzFlow)
+    with runner.maps.maps["flows"].mmap_values() as m:
+        raw = bytes(m[: size * layout.CZ_FLOW_SLOTS])
+    live = np.flatnonzero(np.frombuffer(raw, np.uint8)[layout.CzFlow.live.offset::size])
+    assert sorted(live.tolist()) == sorted(st.flows)
+    for i, want in st.flows.items():
+        got = layout.CzFlow.from_buffer_copy(raw, i * size)
+        assert (got.vpc_id, got.dir) == want.key[:2]
+        assert (got.salt, got.bytes, got.last_tick) == (want.salt, want.bytes, want.last_tick)
+
+
 @SETTINGS
 @given(seq=steps)
 def test_kernel_and_model_agree_on_timed_sequences(runner, seq):
@@ -53,6 +71,7 @@ def test_kernel_and_model_agree_on_timed_sequences(runner, seq):
         runner.set_clock(st.now)
         frame = FLOWS[i].frame(payload, (20 << 2) | ecn)
         _same(runner.run(frame), model.process(frame, runner.tables, LOOPBACK_IFINDEX, st))
+    _same_flow_table(runner, st)
     for v in runner.tables.vpcs:
         k = runner.maps.policy_stats(v.vpc_id)
         m = st.counters(v.vpc_id)

@@ -197,14 +197,14 @@ struct {
 	__type(value, struct cz_policy_counter);
 } policy_stats SEC(".maps");
 
-/* Flow soft state of the traffic policy, written by the fast path only (policy.h); mmapable so
- * that tests read and clear it in one go. */
+/* Flow soft state of the traffic policy in sets of two slots, written by the fast path only
+ * (policy.h); mmapable so that tests read and clear it in one go. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, CZ_FLOW_SLOTS);
+	__uint(max_entries, CZ_FLOW_SLOTS / 2);
 	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
-	__type(value, struct cz_flow);
+	__type(value, struct cz_flow_set);
 } flows SEC(".maps");
 
 /* 2 * VPC id + direction -> the time the VPC's token bucket is empty until (policy.h); written by

@@ -132,17 +132,19 @@ struct cz_mark {
 	__u8 on;                /* 0: policy off, leave the packet as it is */
 };
 
-/* Accounts len inner IP bytes to flow k (whose slot set the flow hash h picks) at jiffies now
- * and sets its mark. */
+/* Accounts len inner IP bytes to flow k at jiffies now and sets its mark. The ECMP hash h
+ * already covers the 5-tuple and picks the flow's set of two slots (one lookup finds both): no
+ * second hash. A flow's byte count stops at demotion, since only "at least elephant_bytes" is
+ * ever asked of it and aging resets it; so in a bulk flow's steady state (same jiffy, no move)
+ * nothing is written to its slot, whose cache line stays clean and shared between CPUs. */
 static __always_inline void cz_flow_account(const struct cz_config *cfg, const struct cz_flow_id *k,
 					    __u32 h, __u32 len, __u64 now, struct cz_mark *m)
 {
-	__u32 i0 = (h >> (32 - CZ_FLOW_SLOT_BITS)) & ~1u, i1 = i0 | 1;
-	struct cz_flow *a = bpf_map_lookup_elem(&flows, &i0);
-	struct cz_flow *b = bpf_map_lookup_elem(&flows, &i1);
-	if (!a || !b)
+	__u32 set = h >> (32 - (CZ_FLOW_SLOT_BITS - 1));
+	struct cz_flow_set *fs = bpf_map_lookup_elem(&flows, &set);
+	if (!fs)
 		return;
-	struct cz_flow *f;
+	struct cz_flow *a = &fs->slot[0], *b = &fs->slot[1], *f;
 	if (cz_flow_is(a, k))
 		f = a;
 	else if (cz_flow_is(b, k))
@@ -163,14 +165,20 @@ static __always_inline void cz_flow_account(const struct cz_config *cfg, const s
 		f->bytes = 0;
 		f->last_tick = now;
 	}
-	if (now - f->last_tick >= cfg->flow_idle_ticks) {
-		f->salt = 0;   /* forgotten: a new flow on the slot it had */
+	__u64 idle = now - f->last_tick;
+	__u64 bytes = f->bytes;
+	__u32 salt = f->salt;
+	if (idle >= cfg->flow_idle_ticks) {
+		/* forgotten: a new flow on the slot it had */
+		salt = 0;
+		bytes = 0;
+		f->salt = 0;
 		f->bytes = 0;
 	}
 	struct cz_policy_counter *c = cz_policy_stats(k->w0 & 0xffffffffu);
-	if (f->bytes >= cfg->elephant_bytes) {
-		if (now - f->last_tick >= cfg->flowlet_gap_ticks) {
-			f->salt++;
+	if (bytes >= cfg->elephant_bytes) {
+		if (idle >= cfg->flowlet_gap_ticks) {
+			f->salt = ++salt;
 			if (c)
 				c->flowlet_moves++;
 		}
@@ -181,14 +189,17 @@ static __always_inline void cz_flow_account(const struct cz_config *cfg, const s
 		m->dscp = cfg->small_dscp;
 		if (c)
 			c->small_packets++;
+		f->bytes = bytes + len;
 	}
-	f->bytes += len;
-	f->last_tick = now;
-	m->salt = f->salt;
+	if (idle)
+		f->last_tick = now;
+	m->salt = salt;
 	m->on = 1;
 }
 
-/* The packet's flow key, built in this CPU's scratch slot (NULL never happens: slot 0 exists). */
+/* The packet's flow key, built in this CPU's scratch slot (NULL never happens: slot 0 exists).
+ * Not in registers: the IPv4 stage is inlined into the entry point, and the spills of a key
+ * passed by value pushed its frame plus cz_reply6's past the verifier's 512 bytes. */
 static __always_inline struct cz_flow_id *cz_flow_id4(__u32 vpc_id, __u8 dir, __u8 proto,
 						      __u32 src, __u32 dst, __u32 ports)
 {
@@ -223,19 +234,18 @@ static __always_inline struct cz_flow_id *cz_flow_id6(__u32 vpc_id, __u8 dir, __
 }
 
 /* The rate check and the flow's mark for one packet: 0 = forward with *m, -1 = dropped (the
- * verdict is set). With the policy off, m->on stays 0. vpc is NULL when no VPC has a rate. The
- * config is looked up again here rather than carried: the stages' frames have no room for it. */
-static __always_inline int cz_policy(struct cz_verdict *v, const struct cz_vpc *vpc, __u8 dir,
+ * verdict is set). With the policy off, m->on stays 0. vpc is NULL when no VPC has a rate. cfg
+ * is the config the caller already has (the entry point's lookup), not looked up again; NULL
+ * (never, once the entry point found one) marks nothing. */
+static __always_inline int cz_policy(struct cz_verdict *v, const struct cz_config *cfg,
+				     const struct cz_vpc *vpc, __u8 dir,
 				     const struct cz_flow_id *k, __u32 h, __u32 len,
 				     struct cz_mark *m)
 {
 	if (vpc && !cz_rate_ok(v, vpc, dir, len))
 		return -1;
-	if ((v->cfg_flags & CZ_CFG_POLICY) && k) {
-		const struct cz_config *cfg = CZ_RECORD(config, 0);
-		if (cfg)
-			cz_flow_account(cfg, k, h, len, cz_ticks(), m);
-	}
+	if ((v->cfg_flags & CZ_CFG_POLICY) && k && cfg)
+		cz_flow_account(cfg, k, h, len, cz_ticks(), m);
 	return 0;
 }
 

@@ -206,6 +206,12 @@ struct cz_flow {
 	__u64 last_tick;        /* jiffies at the last packet */
 };
 
+/* flows[i]: the two slots of set i, chosen by the flow hash (policy.h): one lookup finds both,
+ * and the table is the same bytes as an array of 2^CZ_FLOW_SLOT_BITS slots. */
+struct cz_flow_set {
+	struct cz_flow slot[2];
+};
+
 /* flow_scratch[0] (per CPU): a flow's key as the first five words and the port word of struct
  * cz_flow: (VPC, direction, protocol, family, live), source, destination. */
 struct cz_flow_id {

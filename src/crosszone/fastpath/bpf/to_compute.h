@@ -155,7 +155,7 @@ static __noinline void cz_reply4(struct xdp_md *ctx, const struct cz_config *cfg
 	__u32 h = cz_flow_hash4(ip->saddr, ip->daddr, l4.ports, ip->protocol);
 	struct cz_mark m = { 0 };
 	if ((cfg->flags & (CZ_CFG_POLICY | CZ_CFG_RATES)) &&
-	    cz_policy(v, cz_rated_vpc(cfg, sf), CZ_DIR_TO_COMPUTE, cz_flow_id4(sf->vpc_id,
+	    cz_policy(v, cfg, cz_rated_vpc(cfg, sf), CZ_DIR_TO_COMPUTE, cz_flow_id4(sf->vpc_id,
 		      CZ_DIR_TO_COMPUTE, ip->protocol, ip->saddr, ip->daddr, l4.ports), h, tot, &m))
 		return;
 	if (m.on)
@@ -224,7 +224,7 @@ static __noinline void cz_reply6(struct xdp_md *ctx, const struct cz_config *cfg
 	__u32 h = cz_flow_hash6(src, from, l4.ports, ip6->nexthdr);
 	struct cz_mark mk = { 0 };
 	if ((cfg->flags & (CZ_CFG_POLICY | CZ_CFG_RATES)) &&
-	    cz_policy(v, cz_rated_vpc(cfg, sf), CZ_DIR_TO_COMPUTE, cz_flow_id6(sf->vpc_id,
+	    cz_policy(v, cfg, cz_rated_vpc(cfg, sf), CZ_DIR_TO_COMPUTE, cz_flow_id6(sf->vpc_id,
 		      CZ_DIR_TO_COMPUTE, ip6->nexthdr, src, from, l4.ports), h, plen + sizeof(*ip6),
 		      &mk))
 		return;

@@ -61,8 +61,9 @@ static __always_inline int cz_decap(struct xdp_md *ctx, __u32 inner_eth_off,
 	return 0;
 }
 
-static __always_inline void cz_inner4(struct xdp_md *ctx, const struct cz_vpc *vpc, __u32 inner_off,
-				      __u32 avail, struct cz_verdict *v)
+static __always_inline void cz_inner4(struct xdp_md *ctx, const struct cz_config *cfg,
+				      const struct cz_vpc *vpc, __u32 inner_off, __u32 avail,
+				      struct cz_verdict *v)
 {
 	__u64 len = v->in_len;
 	void *data = (void *)(long)ctx->data;
@@ -103,7 +104,7 @@ static __always_inline void cz_inner4(struct xdp_md *ctx, const struct cz_vpc *v
 	__u32 h = cz_flow_hash4(ip->saddr, ip->daddr, l4.ports, ip->protocol);
 	struct cz_mark m = { 0 };
 	if ((v->cfg_flags & (CZ_CFG_POLICY | CZ_CFG_RATES)) &&
-	    cz_policy(v, vpc, CZ_DIR_TO_STORAGE, cz_flow_id4(vpc->vpc_id, CZ_DIR_TO_STORAGE,
+	    cz_policy(v, cfg, vpc, CZ_DIR_TO_STORAGE, cz_flow_id4(vpc->vpc_id, CZ_DIR_TO_STORAGE,
 		      ip->protocol, ip->saddr, ip->daddr, l4.ports), h, tot, &m))
 		return;
 	struct cz_egress eg;
@@ -181,9 +182,11 @@ static __noinline void cz_inner6(struct xdp_md *ctx, const struct cz_vpc *vpc, _
 
 	__u32 h = cz_flow_hash6(src, dst, l4.ports, ip6->nexthdr);
 	struct cz_mark m = { 0 };
+	/* The config is looked up again: this stage's five arguments are taken. */
 	if ((v->cfg_flags & (CZ_CFG_POLICY | CZ_CFG_RATES)) &&
-	    cz_policy(v, vpc, CZ_DIR_TO_STORAGE, cz_flow_id6(vpc->vpc_id, CZ_DIR_TO_STORAGE,
-		      ip6->nexthdr, src, dst, l4.ports), h, plen + sizeof(*ip6), &m))
+	    cz_policy(v, CZ_RECORD(config, 0), vpc, CZ_DIR_TO_STORAGE, cz_flow_id6(vpc->vpc_id,
+		      CZ_DIR_TO_STORAGE, ip6->nexthdr, src, dst, l4.ports), h, plen + sizeof(*ip6),
+		      &m))
 		return;
 	struct cz_egress eg;
 	if (cz_ecmp_pick(r.group, h + m.salt * CZ_FLOWLET_MIX, &eg))
@@ -210,8 +213,8 @@ static __noinline void cz_inner6(struct xdp_md *ctx, const struct cz_vpc *vpc, _
 }
 
 /* An IPv4 packet addressed to our VTEP, at l3_off. */
-static __always_inline void cz_from_compute(struct xdp_md *ctx, __u32 l3_off,
-					    struct cz_verdict *v)
+static __always_inline void cz_from_compute(struct xdp_md *ctx, const struct cz_config *cfg,
+					    __u32 l3_off, struct cz_verdict *v)
 {
 	__u64 len = v->in_len;
 	void *data = (void *)(long)ctx->data;
@@ -266,7 +269,7 @@ static __always_inline void cz_from_compute(struct xdp_md *ctx, __u32 l3_off,
 	__u32 avail = tot - CZ_OUTER_L4 - ETH_HLEN;
 	v->to_storage = 1;
 	if (itype == bpf_htons(ETH_P_IP))
-		return cz_inner4(ctx, vpc, inner_off, avail, v);
+		return cz_inner4(ctx, cfg, vpc, inner_off, avail, v);
 	if (itype == bpf_htons(ETH_P_IPV6))
 		return cz_inner6(ctx, vpc, inner_off, avail, v);
 	CZ_PASS(v, CZ_R_PASS_INNER_NOT_IP);

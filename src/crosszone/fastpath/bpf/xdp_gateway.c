@@ -43,7 +43,7 @@ static __always_inline void cz_classify(struct xdp_md *ctx, const struct cz_conf
 		if ((void *)(ip + 1) > data_end)
 			CZ_PASS(v, CZ_R_PASS_OUTER_MALFORMED);
 		if (cfg->vtep && ip->daddr == cfg->vtep)
-			return cz_from_compute(ctx, l3_off, v);
+			return cz_from_compute(ctx, cfg, l3_off, v);
 		struct cz_sf4_key k = { .prefixlen = 32, .addr = ip->daddr };
 		struct cz_sf *sf = bpf_map_lookup_elem(&sf4, &k);
 		if (sf)

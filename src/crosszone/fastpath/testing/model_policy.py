@@ -32,8 +32,8 @@ def _signed(x: int) -> int:
 
 @dataclass
 class FlowSlot:
-    """struct cz_flow: the key (as a tuple), the flowlet salt, bytes seen, jiffies at the last
-    packet."""
+    """struct cz_flow: the key (as a tuple), the flowlet salt, bytes seen (until demotion),
+    jiffies at the last packet."""
 
     key: tuple
     salt: int = 0
@@ -141,7 +141,8 @@ def _account(st: PolicyState, t: Tables, key: tuple, vpc_id: int, h: int, length
     else:
         dscp = t.small_dscp
         c.small_packets += 1
-    f.bytes = (f.bytes + length) & M64
+        # the count stops at demotion: only "at least elephant_bytes" is asked of it
+        f.bytes += length
     f.last_tick = now
     return Mark(True, dscp, f.salt)
 

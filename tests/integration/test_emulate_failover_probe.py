@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -135,7 +136,11 @@ def test_careful_legacy_floating_routes_come_and_go_and_bgp_routes_stay(
     with failover.configured(bench.dep, failover.LEGACY_CAREFUL) as kind:
         assert kind == "legacy"
         for gw in gws:
-            rib = _zebra_static(gw.ns)
+            # staticd hands the routes to zebra after vtysh returns: wait a little for them
+            deadline = time.monotonic() + 10
+            while (subnet not in (rib := _zebra_static(gw.ns))
+                   and time.monotonic() < deadline):
+                time.sleep(0.2)
             assert subnet in rib and "[250/0]" in rib, rib  # in zebra, at distance 250
             assert "proto bgp" in _ip_route(gw.ns, subnet)  # BGP's route wins while it is there
         fail, rec = _trial(bench, "legacy", "compute_link_down")
@@ -143,4 +148,7 @@ def test_careful_legacy_floating_routes_come_and_go_and_bgp_routes_stay(
     for gw in gws:
         out = _ip_route(gw.ns, subnet)
         assert "proto bgp" in out, f"{gw.name} lost BGP's route to {subnet}: {out!r}"
+        deadline = time.monotonic() + 10
+        while subnet in _zebra_static(gw.ns) and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert subnet not in _zebra_static(gw.ns)

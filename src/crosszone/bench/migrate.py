@@ -20,6 +20,7 @@ and the conditions.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -189,8 +190,9 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
     outcomes: list[str] = []
     sampler = Sampler(dep)
     sampler.start()
-    watch = StallWatch()  # CPUs that ran no real-time thread for a while: explains BFD flaps
-    watch.__enter__()
+    stack = contextlib.ExitStack()
+    # CPUs that ran no real-time thread for a while: what explains a BFD flap
+    watch = stack.enter_context(StallWatch())
     try:
         for pl in plans:
             driver = Moves(dep, log=lambda m: console.print(m))
@@ -206,7 +208,7 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
         total_s = time.time() - t_start
         wl.join(timeout=duration + 60)
     finally:
-        watch.__exit__(None, None, None)
+        stack.close()
         sampler.halt.set()
         records = udp.stop()
         shutil.rmtree(workdir, ignore_errors=True)

@@ -8,9 +8,9 @@ other inside that one `sendmsg`, so a router with many prefixes changes them all
 a millisecond.
 
 Why the messages are encoded and parsed here and not by pyroute2: `IPRoute.route("replace")`
-waits for each route's acknowledgement and builds each message from Python objects, 1 to 5 ms
-per route on the busy two-core box, and a parsed dump of the storage router's routes took 5 to
-11 ms. On the storage router (8 prefixes) a decision took 5 to 43 ms, and since both routers'
+waits for each route's acknowledgement and builds each message from Python objects, and a
+parsed dump of the storage router's routes took 5 to 11 ms (timed by hand in its namespace).
+On the storage router (8 prefixes) a decision took 5 to 43 ms, and since both routers'
 daemons share the real-time CPU at one priority, the other router's decision waited for it
 (its detection slipped from 25 to 78 ms); the re-read after each change then held the second
 router's decision another 5 to 13 ms. The format is the kernel's `struct rtmsg` and `struct
@@ -23,7 +23,8 @@ from __future__ import annotations
 import errno
 import socket
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 #: Route protocols a single-hop route may have without being a routing protocol's (kernel,
@@ -184,30 +185,31 @@ def drain(sock: socket.socket) -> int:
         n += 1
 
 
-def _netlink(netns: str | None, groups: int = 0) -> socket.socket:
-    from pyroute2.netns import popns, pushns  # setns(2) for this thread, and back
+@contextmanager
+def _in_netns(netns: str | None) -> Iterator[None]:
+    """This thread in `netns` (setns(2)) for the block, and back; no-op for None."""
+    from pyroute2.netns import popns, pushns
 
-    if netns:
-        pushns(netns)
+    if not netns:
+        yield
+        return
+    pushns(netns)
     try:
-        s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)  # NETLINK_ROUTE
+        yield
     finally:
-        if netns:
-            popns()
+        popns()
+
+
+def _netlink(netns: str | None, groups: int = 0) -> socket.socket:
+    with _in_netns(netns):
+        s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)  # NETLINK_ROUTE
     s.bind((0, groups))
     return s
 
 
 def _ifindex(netns: str | None, dev: str) -> int:
-    from pyroute2.netns import popns, pushns
-
-    if netns:
-        pushns(netns)
-    try:
+    with _in_netns(netns):
         return socket.if_nametoindex(dev)
-    finally:
-        if netns:
-            popns()
 
 
 class Routes:

@@ -4,10 +4,12 @@ The same bench build of the gateway is loaded twice, once with the policy off an
 (the config's CZ_CFG_POLICY; on-with-rate adds a VPC token bucket, at a rate so high that nothing
 is dropped, so that the bucket's arithmetic is in the figure), and the copies are timed in
 interleaved rounds on the same frame and CPU (`bench.fastpath.Loaded`, same harness, same modes).
-Reported: each setting's median and fastest round, and `policy_on_delta_ns` = on - off, the
-figure the policy's budget (25 ns) is about. `on_fixed_clock` is the same program built with the
-test clock (a map read instead of `bpf_ktime_get_ns`, whose time never advances): its delta is
-the policy's own work, and on - on_fixed_clock is what reading the clock costs on this machine.
+The order of the settings rotates every round. Reported: each setting's median and fastest round,
+and `policy_on_delta_ns`, the median over rounds of on - off within a round (paired: a drift of
+the shared box between rounds cancels out), the figure the policy's budget (25 ns) is about.
+`on_fixed_clock` is the same program built with the test clock (a map read instead of
+`bpf_ktime_get_ns`, whose time never advances): its delta is the policy's own work, and
+on - on_fixed_clock is what reading the clock costs on this machine.
 
 Beside them, per mode, `policy_clock_costs`: the floor (bench_floor) plus one reading of each time
 source added to a per-CPU sum (bpf/xdp_floor.c, CZ_FLOOR_CLOCK), against the floor plus the sum
@@ -51,27 +53,51 @@ def with_policy(t: Tables, rate: bool = False) -> Tables:
                                flow_idle_ns=2_000_000_000, _index={})
 
 
-def measure_policy(frame: bytes, progs: dict[str, Loaded], expected: Reason, repeat: int,
-                   rounds: int) -> dict:
-    """Interleaved rounds of the settings in progs ({"off": Loaded, "on": Loaded, ...}) on one
-    frame; medians, minima, deltas against off, and the freshness check of every iteration."""
-    times: dict[str, list[float]] = {name: [] for name in progs}
-    before = {name: p.count(expected) for name, p in progs.items()}
-    for _ in range(rounds):
-        for name, p in progs.items():
-            times[name].append(p.ns_per_pkt(frame, repeat))
-    ok = all(p.count(expected) - before[name] == repeat * rounds
-             for name, p in progs.items())
+def interleave(names: list[str], rounds: int) -> list[list[str]]:
+    """The order of the settings in each round: rotated by one every round, so that no setting
+    always runs first (after the harness's own work) or right after the same neighbour."""
+    n = len(names)
+    return [[names[(r + i) % n] for i in range(n)] for r in range(rounds)]
+
+
+def paired_deltas(times: dict[str, list[float]]) -> dict[str, object]:
+    """Medians, minima and the deltas against "off" of interleaved rounds.
+
+    `policy_X_delta_ns` is the median over rounds of (X - off) within the same round: a round's
+    two figures were taken seconds apart on the same CPU, so a slow drift of the box (another
+    process, frequency, cache) cancels out, where the difference of the two medians keeps it
+    when the slow rounds of one setting are not those of the other. The difference of the
+    medians is reported beside it (`..._delta_of_medians_ns`)."""
     out: dict[str, object] = {}
     for name, ts in times.items():
         out[f"policy_{name}_ns_per_pkt"] = round(statistics.median(ts), 1)
         out[f"best_policy_{name}_ns_per_pkt"] = min(ts)
-    off = statistics.median(times["off"])
+    off = times["off"]
     for name, ts in times.items():
-        if name != "off":
-            out[f"policy_{name}_delta_ns"] = round(statistics.median(ts) - off, 1)
-            out[f"best_policy_{name}_delta_ns"] = round(min(ts) - min(times["off"]), 1)
-    out["policy_on_over_off"] = round(statistics.median(times["on"]) / off, 3)
+        if name == "off":
+            continue
+        out[f"policy_{name}_delta_ns"] = round(
+            statistics.median(x - o for x, o in zip(ts, off, strict=True)), 1)
+        out[f"policy_{name}_delta_of_medians_ns"] = round(
+            statistics.median(ts) - statistics.median(off), 1)
+        out[f"best_policy_{name}_delta_ns"] = round(min(ts) - min(off), 1)
+    out["policy_on_over_off"] = round(statistics.median(times["on"]) / statistics.median(off), 3)
+    return out
+
+
+def measure_policy(frame: bytes, progs: dict[str, Loaded], expected: Reason, repeat: int,
+                   rounds: int) -> dict:
+    """Interleaved rounds of the settings in progs ({"off": Loaded, "on": Loaded, ...}) on one
+    frame, the order rotated every round; medians, minima, paired deltas against off, and the
+    freshness check of every iteration."""
+    times: dict[str, list[float]] = {name: [] for name in progs}
+    before = {name: p.count(expected) for name, p in progs.items()}
+    for order in interleave(list(progs), rounds):
+        for name in order:
+            times[name].append(progs[name].ns_per_pkt(frame, repeat))
+    ok = all(p.count(expected) - before[name] == repeat * rounds
+             for name, p in progs.items())
+    out = paired_deltas(times)
     out["expected_reason"] = expected.label
     out["every_iteration_verified"] = ok
     return out
@@ -89,9 +115,9 @@ def clock_costs(load_floor: Callable[[str], Loaded], frame: bytes, repeat: int,
     progs = {label: load_floor(stem) for label, stem in CLOCKS}
     times: dict[str, list[float]] = {label: [] for label in progs}
     try:
-        for _ in range(rounds):
-            for label, p in progs.items():
-                times[label].append(p.ns_per_pkt(frame, repeat))
+        for order in interleave(list(progs), rounds):
+            for label in order:
+                times[label].append(progs[label].ns_per_pkt(frame, repeat))
     finally:
         for p in progs.values():
             p.close()

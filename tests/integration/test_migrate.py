@@ -77,7 +77,8 @@ class Probe:
                  flows: int = 16) -> None:
         self.pps, self.flows = pps, flows
         self.running = start_probe(dep.plan, dep.plan.endpoints[0], dep.plan.storage_nodes[0],
-                                   pps, flows, tmp, max_s=300)
+                                   pps, flows, tmp, max_s=300,
+                                   dscp=dep.plan.spec.priority_dscp)
 
     def result(self) -> tuple[int, int]:
         """(sent, lost) over every stream after stopping the peers."""

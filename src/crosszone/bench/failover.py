@@ -84,8 +84,9 @@ class Probe:
 
 
 def start_probe(p: Plan, ep: Endpoint, node: StorageNode, rate: float, flows: int,
-                workdir: Path, max_s: float = 120.0) -> Probe:
-    """One peer per (side, family): each sends `rate`/s over `flows` source ports to the other."""
+                workdir: Path, max_s: float = 120.0, dscp: int = 0) -> Probe:
+    """One peer per (side, family): each sends `rate`/s over `flows` source ports to the other,
+    its datagrams marked `dscp`."""
     procs: list[subprocess.Popen[str]] = []
     streams: dict[str, tuple[Path, Path]] = {}
     families = [4] + ([6] if ep.addr6 and node.addr6 else [])
@@ -100,7 +101,7 @@ def start_probe(p: Plan, ep: Endpoint, node: StorageNode, rate: float, flows: in
                 ["ip", "netns", "exec", ns, sys.executable, "-m", "crosszone.workload.udp_probe",
                  "--bind", str(bind), "--to", str(to), "--port", str(PROBE_PORT),
                  "--rate", str(rate), "--flows", str(flows), "--duration", str(max_s),
-                 "--out", str(out)],
+                 "--out", str(out), "--dscp", str(dscp)],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         streams[f"to_storage{fam}"] = (workdir / f"compute{fam}.sent",
                                        workdir / f"storage{fam}.recv")

@@ -176,7 +176,7 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
     duration = sum(_estimate_s(pl) for pl in plans) + 15
     workdir = Path(tempfile.mkdtemp(prefix="czmigrate-probe-"))
     udp = start_probe(p, prod[0], p.storage_nodes[0], pps, flows, workdir,
-                      max_s=duration + 120)
+                      max_s=duration + 120, dscp=spec.priority_dscp)
     result: dict[str, Any] = {}
     wl = threading.Thread(target=lambda: result.setdefault("w", runner.run(
         targets, duration=duration, console=Console(file=open(os.devnull, "w")),  # noqa: SIM115

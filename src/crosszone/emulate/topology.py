@@ -205,6 +205,15 @@ class TopologySpec(_Strict):
             raise ValueError("policy: small_dscp and bulk_dscp must differ")
         return self
 
+    @property
+    def priority_dscp(self) -> int:
+        """The DSCP the queues serve first (the policy's `small_dscp`), 0 without queues.
+
+        A measuring probe sent with it is never dropped by a full FIFO at a shaped port, so
+        what it counts as lost is what the gateways and the routes lost, not congestion the
+        workload made (emulate/queues.py)."""
+        return self.policy.small_dscp if self.queues is not None else 0
+
 
 @dataclass(frozen=True)
 class Endpoint:

@@ -174,20 +174,33 @@ def _family(addr: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in addr else socket.AF_INET
 
 
+def sender(fam: socket.AddressFamily, bind: str, dscp: int = 0) -> socket.socket:
+    """A sending socket bound to `bind` (any port) whose datagrams carry `dscp` (ECN bits 0)."""
+    if not 0 <= dscp <= 63:
+        raise ValueError(f"dscp {dscp}: must be 0 to 63")
+    s = socket.socket(fam, socket.SOCK_DGRAM)
+    if dscp:
+        if fam == socket.AF_INET6:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, dscp << 2)
+        else:
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
+    s.bind((bind, 0))
+    return s
+
+
 def run_peer(bind: str, port: int, to: str, rate: float, flows: int, duration: float,
-             out: Path, linger: float = 1.0, stop: Callable[[], bool] = lambda: False) -> None:
-    """Send `rate` datagrams/s to (to, port) over `flows` sockets and receive on (bind, port)
-    for `duration` seconds or until `stop()`, then keep receiving for `linger` s; write
-    out.sent / out.recv."""
+             out: Path, linger: float = 1.0, stop: Callable[[], bool] = lambda: False,
+             dscp: int = 0) -> None:
+    """Send `rate` datagrams/s to (to, port) over `flows` sockets, marked `dscp`, and receive on
+    (bind, port) for `duration` seconds or until `stop()`, then keep receiving for `linger` s;
+    write out.sent / out.recv."""
     fam = _family(bind)
     rx = socket.socket(fam, socket.SOCK_DGRAM)
     rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
     rx.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     rx.bind((bind, port))
     rx.setblocking(False)
-    tx = [socket.socket(fam, socket.SOCK_DGRAM) for _ in range(flows)]
-    for s in tx:
-        s.bind((bind, 0))
+    tx = [sender(fam, bind, dscp) for _ in range(flows)]
     sel = selectors.DefaultSelector()
     sel.register(rx, selectors.EVENT_READ)
     sent, got = Record.empty(), Record.empty()
@@ -228,12 +241,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--flows", type=int, default=64)
     ap.add_argument("--duration", type=float, required=True)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--dscp", type=int, default=0,
+                    help="DSCP of the datagrams sent (0 to 63; ECN bits stay 0)")
     a = ap.parse_args(argv)
     if a.rate <= 0 or a.flows <= 0 or a.duration <= 0:
         ap.error("--rate, --flows and --duration must be positive")
+    if not 0 <= a.dscp <= 63:
+        ap.error(f"--dscp {a.dscp}: must be 0 to 63")
     stopped: list[int] = []
     signal.signal(signal.SIGTERM, lambda signum, _frame: stopped.append(signum))
-    run_peer(a.bind, a.port, a.to, a.rate, a.flows, a.duration, a.out, stop=lambda: bool(stopped))
+    run_peer(a.bind, a.port, a.to, a.rate, a.flows, a.duration, a.out, stop=lambda: bool(stopped),
+             dscp=a.dscp)
     print(json.dumps({"out": str(a.out)}))
 
 

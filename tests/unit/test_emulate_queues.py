@@ -170,3 +170,13 @@ def test_class_stats_from_tc_text() -> None:
     assert stats["1:12e"] == {"bytes": 11436508, "packets": 9617, "drops": 18}
     assert stats["1:1"]["packets"] == 50236
     assert queues.class_stats("") == {}
+
+
+def test_storage_nodes_reflect_the_syn_class_only_with_queues() -> None:
+    p = _plan()
+    ops = queues.reflect_ops(p)
+    assert [op.argv for op in ops] == [
+        ("ip", "netns", "exec", n.ns, "sysctl", "-qw", "net.ipv4.tcp_reflect_tos=1")
+        for n in p.storage_nodes]
+    assert len(ops) == len(p.storage_nodes) > 0
+    assert queues.reflect_ops(_plan(queues=None)) == []

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from crosszone.emulate import topology
-from crosszone.workload import udp_probe
+from crosszone.workload import probe, udp_probe
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,3 +64,26 @@ def test_priority_dscp_is_the_small_class_only_with_queues() -> None:
     assert migrate.priority_dscp == migrate.policy.small_dscp == 46
     plain = topology.load(ROOT / "examples" / "emulate-small.yaml")
     assert plain.queues is None and plain.priority_dscp == 0
+
+
+@pytest.mark.parametrize("family,addr,level,opt", [
+    (socket.AF_INET, "127.0.0.1", socket.IPPROTO_IP, socket.IP_TOS),
+    (socket.AF_INET6, "::1", socket.IPPROTO_IPV6, socket.IPV6_TCLASS)])
+def test_guard_probe_connects_marked_from_the_syn_on(family, addr, level, opt) -> None:
+    srv = socket.socket(family, socket.SOCK_STREAM)
+    srv.bind((addr, 0))
+    srv.listen(1)
+    try:
+        t = probe.Target("", addr, "/x", b"", port=srv.getsockname()[1], dscp=46)
+        s = probe._connect(t, 2.0)
+        try:
+            assert s.getsockopt(level, opt) == 46 << 2
+        finally:
+            s.close()
+        plain = probe._connect(probe.Target("", addr, "/x", b"", port=t.port), 2.0)
+        try:
+            assert plain.getsockopt(level, opt) == 0
+        finally:
+            plain.close()
+    finally:
+        srv.close()

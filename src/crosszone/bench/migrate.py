@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import platform
 import shutil
@@ -114,6 +115,20 @@ def lost_in(records: dict[str, tuple[Record, Record]], interval_ns: int, flows: 
         if a.longest is not None:
             out["max_gap_ms"] = max(out["max_gap_ms"], round(a.longest.window_ms, 1))
     return out
+
+
+def loss_seconds(records: dict[str, tuple[Record, Record]], t_start: float
+                 ) -> list[list[float]]:
+    """[second after t_start, datagrams lost] for every second of the probe that lost any, all
+    streams together, by send time (negative: before the first migration began)."""
+    per: dict[int, int] = {}
+    for sent, recv in records.values():
+        got = set(recv.seq)
+        for seq, ns in zip(sent.seq, sent.ns, strict=True):
+            if seq not in got:
+                k = math.floor(ns / 1e9 - t_start)
+                per[k] = per.get(k, 0) + 1
+    return [[k, n] for k, n in sorted(per.items())]
 
 
 def step_lines(events: list[dict[str, Any]], moves: list[dict[str, float]],
@@ -228,6 +243,8 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
         "failed_requests": w.errors if w is not None else None,
         "total_s": round(total_s, 1),
         "tcp_resets": _tcp_resets(namespaces) - resets0,
+        # where the losses were, steps or not (the step lines cover only the weight moves)
+        "lost_by_second": loss_seconds(records, t_start),
         "converge_ms_max": max((x["converge_ms"] or 0) for x in lines) if lines else None,
         # [cpu, ended (s after the start), for ms] of every stall of 50 ms or more
         "cpu_stalls": [[x.cpu, round(x.end_ns / 1e9 - t_start, 2), round(x.gap_ms, 1)]

@@ -149,7 +149,7 @@ def build_ops(p: Plan, active: str) -> list[Op]:
         ops += _gateway_base_ops(p, gw)
         ops += kinds.get(gw.kind).configure(p, gw)
     # After plan_link's pfifo roots, which they replace on the ports they shape.
-    ops += queues.plan_ops(p)
+    ops += queues.plan_ops(p) + queues.reflect_ops(p)
     for node in p.storage_nodes:
         ops += storage.plan_node(p, node)
     ops += frr.start_ops(p.compute_router_ns, frr.router_config(p, "compute"), p.spec)

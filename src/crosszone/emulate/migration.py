@@ -143,13 +143,14 @@ class EmulatorDriver:
     def targets(self, eps: list[Endpoint]) -> list[probe.Target]:
         """One read per (endpoint, storage node, family) of a known metadata document."""
         p = self.dep.plan
+        dscp = p.spec.priority_dscp  # the queues' first class, where the topology has queues
         out = []
         for ep in eps:
             for node in p.storage_nodes:
                 expect = storage.meta_document(p, node, 0).encode()
-                out.append(probe.Target(ep.ns, node.addr, PROBE_PATH, expect))
+                out.append(probe.Target(ep.ns, node.addr, PROBE_PATH, expect, dscp=dscp))
                 if ep.addr6 and node.addr6:
-                    out.append(probe.Target(ep.ns, node.addr6, PROBE_PATH, expect))
+                    out.append(probe.Target(ep.ns, node.addr6, PROBE_PATH, expect, dscp=dscp))
         return out
 
     # ---- parity -------------------------------------------------------------------------------

@@ -149,6 +149,17 @@ def ports(p: Plan) -> list[tuple[str, str]]:
     return out
 
 
+def reflect_ops(p: Plan) -> list[Cmd]:
+    """With queues, every storage node answers a TCP connection in the class its SYN came in
+    (`tcp_reflect_tos`, SYN-ACK included): a monitoring read sent in the first class (the
+    migration's guard probes) is answered there too, so it never waits behind, or is dropped
+    at, a FIFO the workload keeps full. Unmarked connections stay unmarked, and a gateway with
+    the policy on marks each direction of a flow itself, whatever the node wrote."""
+    if p.spec.queues is None:
+        return []
+    return [in_ns(n.ns, "sysctl", "-qw", "net.ipv4.tcp_reflect_tos=1") for n in p.storage_nodes]
+
+
 def plan_ops(p: Plan) -> list[Cmd]:
     """The queues of the whole deployment (none without `queues:`)."""
     spec, policy = p.spec.queues, p.spec.policy

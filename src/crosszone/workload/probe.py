@@ -8,6 +8,12 @@ for byte: a gateway that mangled a packet fails the probe just as one that dropp
 Sockets are opened in the endpoint's namespace with setns from a thread of this process (no
 `ip netns exec` and no new interpreter per probe: a round of 32 reads costs milliseconds of CPU,
 which matters on a box whose two cores also run the network under test).
+
+A target's `dscp` marks the probe's segments from the SYN on. Where the emulator has queues,
+the migration sends its probes in their first class and the storage nodes answer in the class
+a connection's SYN came in (`tcp_reflect_tos`, emulate/queues.py): a probe then measures the
+gateways and the routes, and never a SYN lost at a FIFO the workload keeps full (a second's
+retransmission timeout, a failed read).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ class Target:
     expect: bytes
     source: str | None = None
     port: int = 80
+    dscp: int = 0  # of every segment the probe sends, its SYN included (0 to 63)
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,11 @@ def _connect(t: Target, timeout: float) -> socket.socket:
     family = socket.AF_INET6 if ":" in t.server else socket.AF_INET
     with in_netns(t.ns):
         s = socket.socket(family, socket.SOCK_STREAM)
+    if t.dscp:
+        if family == socket.AF_INET6:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, t.dscp << 2)
+        else:
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, t.dscp << 2)
     s.settimeout(timeout)
     if t.source:
         s.bind((t.source, 0))

@@ -1,0 +1,38 @@
+"""bench migrate's accounting of the probe's losses (no emulator needed)."""
+
+from __future__ import annotations
+
+from crosszone.bench.migrate import loss_seconds, lost_in
+from crosszone.workload.udp_probe import Record
+
+T0 = 1_000.0
+
+
+def _stream(sent_at: list[float], lost: set[int]) -> tuple[Record, Record]:
+    sent, recv = Record.empty(), Record.empty()
+    for i, t in enumerate(sent_at):
+        sent.seq.append(i)
+        sent.ns.append(int(t * 1e9))
+        if i not in lost:
+            recv.seq.append(i)
+            recv.ns.append(int(t * 1e9) + 1000)
+    return sent, recv
+
+
+def test_losses_are_put_in_the_second_they_were_sent_before_or_after_the_start() -> None:
+    times = [T0 - 1.5, T0 - 0.2, T0 + 0.1, T0 + 0.9, T0 + 2.5, T0 + 2.6]
+    records = {"to_storage4": _stream(times, {0, 1, 3}),
+               "to_compute4": _stream(times, {4, 5})}
+    assert loss_seconds(records, T0) == [[-2, 1], [-1, 1], [0, 1], [2, 2]]
+    assert loss_seconds({"to_storage4": _stream(times, set())}, T0) == []
+
+
+def test_lost_in_counts_only_the_window_and_splits_directions() -> None:
+    times = [T0 + i * 0.001 for i in range(100)]
+    records = {"to_storage4": _stream(times, {10, 11, 50}),
+               "to_compute6": _stream(times, {60})}
+    whole = lost_in(records, 1_000_000, 1, T0, float("inf"))
+    assert (whole["lost"], whole["lost_to_storage"], whole["lost_to_compute"]) == (4, 3, 1)
+    assert whole["max_gap_ms"] == 2.0
+    part = lost_in(records, 1_000_000, 1, T0 + 0.0455, T0 + 0.0705)
+    assert (part["lost"], part["lost_to_storage"], part["lost_to_compute"]) == (2, 1, 1)

@@ -46,6 +46,29 @@ def test_nft_dropped_counters_of_both_families() -> None:
     assert legacy_gateway.dropped_packets(json.dumps(doc)) == 7
 
 
+def test_nft_forwarded_counters_are_apart_from_drops_and_both_families() -> None:
+    doc = {"nftables": [
+        {"counter": {"family": "ip", "name": "forwarded", "table": "czgw", "packets": 30}},
+        {"counter": {"family": "ip6", "name": "forwarded", "table": "czgw", "packets": 12}},
+        {"counter": {"family": "ip", "name": "dropped", "table": "czgw", "packets": 5}},
+        {"counter": {"family": "ip", "name": "forwarded", "table": "other", "packets": 900}},
+    ]}
+    assert legacy_gateway.forwarded_packets(json.dumps(doc)) == 42
+    no_forwarded = {"nftables": [doc["nftables"][2]]}
+    with pytest.raises(DeployError, match="no czgw `forwarded` counter"):
+        legacy_gateway.forwarded_packets(json.dumps(no_forwarded))
+
+
+def test_the_forwarded_counter_comes_after_the_echoes_and_before_the_vpc_map() -> None:
+    from tests.unit.test_emulate_queues import _plan  # a plan with the fast reroute on
+
+    lines = legacy_gateway.nft_ruleset(_plan()).splitlines()
+    echo = next(i for i, x in enumerate(lines) if "echo-request" in x)
+    counted = lines.index('    counter name "forwarded"')
+    vmap = next(i for i, x in enumerate(lines) if "vmap" in x)
+    assert echo < counted < vmap
+
+
 @pytest.mark.parametrize("out", ["", "garbage", "{}", '{"nftables": 5}',
                                  '{"nftables": [{"metainfo": {}}]}'])
 def test_unreadable_nft_counters_raise_instead_of_counting_zero(out: str) -> None:

@@ -97,7 +97,12 @@ def _migrate(store: SqliteStore, driver: Moves, plan: Plan, log: Callable[[str],
     st = e.run(stop=lambda s: s.state in eng.FINAL or s.state in ("shifted", "paused"))
     if st.state == "shifted":
         e.apply("finish", reason="bench")
-        st = e.run()
+        # the drain ends when a whole dwell saw no packet on the source gateways; a run whose
+        # source keeps forwarding is rolled back after ten dwells rather than waiting for ever
+        st = e.run(timeout=10 * plan.dwell_s + 30)
+        if st.state == "draining":
+            e.apply("rollback", reason="bench: the source gateways still forwarded after "
+                                       f"{10 * plan.dwell_s + 30:.0f} s of drain")
     elif st.state == "paused":
         e.apply("rollback", reason=f"bench: {st.reason}")
     return e.state.state, list(e.events)

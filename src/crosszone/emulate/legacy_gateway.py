@@ -81,6 +81,7 @@ def _table(family: str, pre: list[str], pairs: list[str], policy: list[str],
         f"delete table {family} czgw",  # idempotent load: the first line creates it if absent
         f"table {family} czgw {{",
         "  counter dropped { }",
+        "  counter forwarded { }",
         "  chain gw_prerouting {",
         # raw priority: before conntrack would look at it, so no per-flow state is ever made.
         "    type filter hook prerouting priority raw; policy accept;",
@@ -89,6 +90,8 @@ def _table(family: str, pre: list[str], pairs: list[str], policy: list[str],
         "  chain gw_forward {",
         "    type filter hook forward priority filter; policy accept;",
         *accept,
+        # what the gateway carries for the VPCs: everything forwarded but the routers' echoes
+        '    counter name "forwarded"',
         "    iifname . oifname vmap { " + ", ".join(pairs) + " }",
         '    counter name "dropped" drop',
         "  }",
@@ -197,23 +200,36 @@ def policy_ops(p: Plan, gw: Gateway) -> list[Op]:
     return ops
 
 
-def dropped_packets(nft_json: str) -> int:
-    """Packets counted by the `dropped` counters, from `nft -j list counters`.
+def nft_counter(nft_json: str, name: str) -> int:
+    """Packets of the czgw counters called `name` (every table), from `nft -j list counters`.
 
-    Raises DeployError when the output is not nftables JSON or holds no czgw `dropped` counter
-    (the gateway's table is missing): a failed read must never count as zero drops."""
+    Raises DeployError when the output is not nftables JSON or holds no such counter (the
+    gateway's table is missing): a failed read must never count as zero."""
     try:
         data = json.loads(nft_json)
         items = data["nftables"]
         counters = [item["counter"] for item in items
                     if isinstance(item, dict) and isinstance(item.get("counter"), dict)]
-        ours = [c for c in counters if c.get("table") == "czgw" and c.get("name") == "dropped"]
+        ours = [c for c in counters if c.get("table") == "czgw" and c.get("name") == name]
         total = sum(int(c["packets"]) for c in ours)
     except (json.JSONDecodeError, TypeError, KeyError, ValueError) as exc:
         raise DeployError(f"nftables counters: unreadable ({exc!r}): {nft_json[:80]!r}") from None
     if not ours:
-        raise DeployError("nftables counters: no czgw `dropped` counter (table not loaded?)")
+        raise DeployError(f"nftables counters: no czgw `{name}` counter (table not loaded?)")
     return total
+
+
+def dropped_packets(nft_json: str) -> int:
+    """Packets counted by the `dropped` counters (nft_counter)."""
+    return nft_counter(nft_json, "dropped")
+
+
+def forwarded_packets(nft_json: str) -> int:
+    """Packets the gateway forwarded for the VPCs, both families: the `forwarded` counters,
+    which the routers' fast-reroute echoes (accepted before them) never reach. The kernel's
+    ForwDatagrams counts those echoes too: 800 a second per gateway, which a drain would read
+    as traffic that never stops."""
+    return nft_counter(nft_json, "forwarded")
 
 
 class LegacyGateway:

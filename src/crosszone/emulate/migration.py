@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from crosszone.compile.gateway import Ids, compile_gateway
-from crosszone.emulate import control_plane, frr, kinds, storage
+from crosszone.emulate import control_plane, frr, kinds, legacy_gateway, storage
 from crosszone.emulate import state as st
 from crosszone.emulate.deploy import Deployment
 from crosszone.emulate.fib_watch import RouterFib, share
@@ -442,18 +442,10 @@ def _reason_packets(gw: Gateway, prefix: str) -> int:
 
 
 def forwarded_packets(dep: Deployment, gw: Gateway) -> int:
-    """Packets a gateway forwarded, not its own BGP and BFD: the fast path's fwd_* counters,
-    or a kernel gateway's ForwDatagrams (IPv4) + OutForwDatagrams (IPv6)."""
+    """Packets a gateway forwarded for the VPCs, not its own BGP and BFD nor the routers'
+    fast-reroute echoes: the fast path's fwd_* counters, or a kernel gateway's nftables
+    `forwarded` counters (legacy_gateway.forwarded_packets)."""
     if kinds.get(gw.kind).attaches:
         return _reason_packets(gw, "fwd_")
-    out = dep.ex.output(["ip", "netns", "exec", gw.ns, "cat", "/proc/net/snmp",
-                         "/proc/net/snmp6"], check=False)
-    total = 0
-    lines = out.splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith("Ip: Forwarding") and i + 1 < len(lines):
-            names, values = line.split(), lines[i + 1].split()
-            total += int(dict(zip(names, values, strict=False)).get("ForwDatagrams", 0))
-        elif line.startswith("Ip6OutForwDatagrams"):
-            total += int(line.split()[1])
-    return total
+    out = dep.ex.output(["ip", "netns", "exec", gw.ns, "nft", "-j", "list", "counters"])
+    return legacy_gateway.forwarded_packets(out)

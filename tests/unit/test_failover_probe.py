@@ -4,6 +4,8 @@ netlink and FRR log timelines, the failure events' operations, the summary line.
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -99,6 +101,44 @@ def test_peers_on_loopback_deliver_every_datagram_with_kernel_timestamps(tmp_pat
     assert res.lost == 0
     tx = dict(zip(sent.seq, sent.ns, strict=True))
     assert all(rx >= tx[s] for s, rx in zip(got.seq, got.ns, strict=True))
+
+
+def _peer(bind: str, to: str, port: int, out: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "crosszone.workload.udp_probe", "--bind", bind, "--to", to,
+         "--port", str(port), "--rate", "2000", "--flows", "8", "--duration", "30",
+         "--out", str(out), "--wait-go", *extra],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_peers_started_apart_send_nothing_before_both_can_receive(tmp_path: Path) -> None:
+    """The first peer is up a second before the second: held at `ready`, it loses nothing."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    first = _peer("127.0.0.1", "127.0.0.2", port, tmp_path / "a")
+    time.sleep(1.0)
+    second = _peer("127.0.0.2", "127.0.0.1", port, tmp_path / "b")
+    probe = failover.Probe([first, second], {
+        "ab": (tmp_path / "a.sent", tmp_path / "b.recv"),
+        "ba": (tmp_path / "b.sent", tmp_path / "a.recv")}, 2000.0)
+    probe.go()
+    time.sleep(0.5)
+    records = probe.stop()
+    for sent, got in records.values():
+        assert len(sent.seq) > 500
+        assert analyse(sent, got, 500_000, 8).lost == 0
+
+
+def test_a_peer_that_never_gets_ready_is_an_error_and_nothing_is_left_running(
+        tmp_path: Path) -> None:
+    # bound to an address this box does not have: the peer dies before `ready`
+    bad = _peer("192.0.2.1", "127.0.0.1", 9, tmp_path / "x")
+    probe = failover.Probe([bad], {}, 2000.0)
+    with pytest.raises(RuntimeError, match="did not start"):
+        probe.go(timeout=20)
+    assert bad.poll() is not None
 
 
 def test_peer_cli_rejects_bad_arguments() -> None:

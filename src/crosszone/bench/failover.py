@@ -24,6 +24,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import select
 import shutil
 import signal
 import statistics
@@ -71,6 +72,30 @@ class Probe:
     streams: dict[str, tuple[Path, Path]]
     rate: float
 
+    def go(self, timeout: float = 30.0) -> None:
+        """Wait until every peer is bound and can receive, then let them all send: no
+        datagram is sent to a peer still starting (on a busy box an interpreter takes a few
+        hundred ms to start, and what the first peer sent meanwhile counted as lost)."""
+        deadline = time.monotonic() + timeout
+        for proc in self.procs:
+            assert proc.stdout is not None
+            ready = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            line = proc.stdout.readline() if ready[0] else ""
+            if line.strip() != "ready":
+                self.kill()
+                raise RuntimeError(f"probe peer did not start within {timeout:.0f} s: "
+                                   f"{line.strip()!r}")
+        for proc in self.procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+
+    def kill(self) -> None:
+        """Stop every peer at once, saving nothing."""
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
+
     def stop(self) -> dict[str, tuple[Record, Record]]:
         """Stop sending, let the peers drain and save, and load what they recorded."""
         for proc in self.procs:
@@ -101,13 +126,15 @@ def start_probe(p: Plan, ep: Endpoint, node: StorageNode, rate: float, flows: in
                 ["ip", "netns", "exec", ns, sys.executable, "-m", "crosszone.workload.udp_probe",
                  "--bind", str(bind), "--to", str(to), "--port", str(PROBE_PORT),
                  "--rate", str(rate), "--flows", str(flows), "--duration", str(max_s),
-                 "--out", str(out), "--dscp", str(dscp)],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                 "--out", str(out), "--dscp", str(dscp), "--wait-go"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         streams[f"to_storage{fam}"] = (workdir / f"compute{fam}.sent",
                                        workdir / f"storage{fam}.recv")
         streams[f"to_compute{fam}"] = (workdir / f"storage{fam}.sent",
                                        workdir / f"compute{fam}.recv")
-    return Probe(procs, streams, rate)
+    probe = Probe(procs, streams, rate)
+    probe.go()
+    return probe
 
 
 # ---- timeline sources -----------------------------------------------------------------------

@@ -24,6 +24,7 @@ import selectors
 import signal
 import socket
 import struct
+import sys
 import time
 from array import array
 from collections.abc import Callable
@@ -190,10 +191,11 @@ def sender(fam: socket.AddressFamily, bind: str, dscp: int = 0) -> socket.socket
 
 def run_peer(bind: str, port: int, to: str, rate: float, flows: int, duration: float,
              out: Path, linger: float = 1.0, stop: Callable[[], bool] = lambda: False,
-             dscp: int = 0) -> None:
+             dscp: int = 0, ready: Callable[[], None] | None = None) -> None:
     """Send `rate` datagrams/s to (to, port) over `flows` sockets, marked `dscp`, and receive on
     (bind, port) for `duration` seconds or until `stop()`, then keep receiving for `linger` s;
-    write out.sent / out.recv."""
+    write out.sent / out.recv. `ready` is called once the sockets are bound, before anything is
+    sent (a caller starting two peers holds both there until both can receive)."""
     fam = _family(bind)
     rx = socket.socket(fam, socket.SOCK_DGRAM)
     rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
@@ -201,6 +203,8 @@ def run_peer(bind: str, port: int, to: str, rate: float, flows: int, duration: f
     rx.bind((bind, port))
     rx.setblocking(False)
     tx = [sender(fam, bind, dscp) for _ in range(flows)]
+    if ready is not None:
+        ready()
     sel = selectors.DefaultSelector()
     sel.register(rx, selectors.EVENT_READ)
     sent, got = Record.empty(), Record.empty()
@@ -243,6 +247,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--dscp", type=int, default=0,
                     help="DSCP of the datagrams sent (0 to 63; ECN bits stay 0)")
+    ap.add_argument("--wait-go", action="store_true",
+                    help="once bound, print 'ready' and send nothing until a line on stdin")
     a = ap.parse_args(argv)
     if a.rate <= 0 or a.flows <= 0 or a.duration <= 0:
         ap.error("--rate, --flows and --duration must be positive")
@@ -250,8 +256,13 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"--dscp {a.dscp}: must be 0 to 63")
     stopped: list[int] = []
     signal.signal(signal.SIGTERM, lambda signum, _frame: stopped.append(signum))
+
+    def ready() -> None:
+        print("ready", flush=True)
+        sys.stdin.readline()
+
     run_peer(a.bind, a.port, a.to, a.rate, a.flows, a.duration, a.out, stop=lambda: bool(stopped),
-             dscp=a.dscp)
+             dscp=a.dscp, ready=ready if a.wait_go else None)
     print(json.dumps({"out": str(a.out)}))
 
 

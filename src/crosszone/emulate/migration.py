@@ -28,6 +28,7 @@ import socket
 import time
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from crosszone.compile.gateway import Ids, compile_gateway
@@ -86,14 +87,29 @@ class EmulatorDriver:
         return self._vtys[key]
 
     def configure(self, gws: list[Gateway], lines: list[str], check: bool = True) -> None:
-        """Run the same bgpd commands on each gateway, one after the other (a millisecond
-        each); a session that broke (daemon restarted) is opened again once."""
-        for gw in gws:
-            try:
-                self.vty(gw.ns).run(lines, check)
-            except (VtyError, OSError):
-                self._vtys.pop((gw.ns, "bgpd")).close()
-                self.vty(gw.ns).run(lines, check)
+        """Run the same bgpd commands on every gateway of `gws` at once, one thread each: each
+        gateway re-sends its routes on a timer of its own that starts with its commands, so
+        gateways configured one after the other on a busy box (tens of ms each) converged one
+        after the other too. A session that broke (daemon restarted) is opened again once. The
+        first error is raised after every gateway was tried."""
+        if len(gws) <= 1:
+            for gw in gws:
+                self._configure_one(gw, lines, check)
+            return
+        with ThreadPoolExecutor(max_workers=len(gws)) as pool:
+            futures = [pool.submit(self._configure_one, gw, lines, check) for gw in gws]
+        for f in futures:
+            f.result()
+
+    def _configure_one(self, gw: Gateway, lines: list[str], check: bool) -> None:
+        # each thread touches only its own gateway's session
+        try:
+            self.vty(gw.ns).run(lines, check)
+        except (VtyError, OSError):
+            old = self._vtys.pop((gw.ns, "bgpd"), None)
+            if old is not None:
+                old.close()
+            self.vty(gw.ns).run(lines, check)
 
     def show(self, ns: str, daemon: str, line: str) -> str:
         """A show command's output ('' when the daemon cannot be reached)."""

@@ -1,0 +1,62 @@
+"""The migration driver sends a step's commands to every gateway at once (no emulator needed)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crosszone.emulate import topology
+from crosszone.emulate.migration import EmulatorDriver
+from crosszone.emulate.vty import VtyError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class FakeVty:
+    def __init__(self, barrier: threading.Barrier | None, fail: bool = False) -> None:
+        self.barrier, self.fail = barrier, fail
+        self.runs: list[list[str]] = []
+        self.closed = False
+
+    def run(self, lines: list[str], check: bool = True) -> None:
+        if self.barrier is not None:
+            self.barrier.wait()  # every gateway's commands are in flight together
+        if self.fail:
+            raise VtyError("bgpd went away")
+        self.runs.append(lines)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _driver() -> tuple[EmulatorDriver, list[Any]]:
+    p = topology.plan(topology.load(ROOT / "examples" / "migrate.yaml"))
+    dep: Any = type("Dep", (), {"plan": p})()
+    return EmulatorDriver(dep), list(p.gateways)
+
+
+def test_every_gateway_gets_its_commands_concurrently() -> None:
+    d, gws = _driver()
+    barrier = threading.Barrier(len(gws), timeout=10)
+    fakes = {gw.ns: FakeVty(barrier) for gw in gws}
+    d._vtys.update({(ns, "bgpd"): f for ns, f in fakes.items()})
+    d.configure(gws, ["configure terminal", "end"])
+    assert all(f.runs == [["configure terminal", "end"]] for f in fakes.values())
+
+
+def test_a_broken_session_is_reopened_once_and_others_are_not_held_up(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    d, gws = _driver()
+    broken = FakeVty(None, fail=True)
+    fine = {gw.ns: FakeVty(None) for gw in gws[1:]}
+    d._vtys[(gws[0].ns, "bgpd")] = broken
+    d._vtys.update({(ns, "bgpd"): f for ns, f in fine.items()})
+    again = FakeVty(None, fail=True)
+    monkeypatch.setattr("crosszone.emulate.migration.Vty", lambda ns, daemon="bgpd": again)
+    with pytest.raises(VtyError):
+        d.configure(gws, ["end"])
+    assert broken.closed
+    assert all(f.runs == [["end"]] for f in fine.values())

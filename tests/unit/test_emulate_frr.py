@@ -158,3 +158,19 @@ def test_careful_legacy_floats_static_routes_under_bgp(plan: topology.Plan) -> N
         f"ipv6 route {plan.spec.storage.subnet6} {gw.storage_peer6} {d}"]
     undo = [off.argv[i + 1] for i, a in enumerate(off.argv) if a == "-c"][1:-1]
     assert undo == [f"no {r}" for r in routes] and not off.check
+
+
+def test_each_daemon_starts_at_its_priority() -> None:
+    argv = {d: frr.daemon_start_op("czemu-cr", d).argv for d in frr.DAEMONS}
+    nice = ("nice", "-n", str(frr.ROUTING_NICE))
+    assert frr.ROUTING_NICE < 0
+    for d in ("bgpd", "zebra"):
+        i = argv[d].index("nice")
+        assert argv[d][i:i + 3] == nice and "chrt" not in argv[d]
+    assert "chrt" in argv["bfdd"] and "nice" not in argv["bfdd"]
+    assert argv["bfdd"][argv["bfdd"].index("chrt") + 2] == str(frr.BFDD_RT_PRIORITY)
+    assert "nice" not in argv["staticd"] and "chrt" not in argv["staticd"]
+    # the prefix comes before the daemon's binary, inside the namespace
+    for d in frr.DAEMONS:
+        assert argv[d][:4] == ("ip", "netns", "exec", "czemu-cr")
+        assert argv[d].index(str(frr.FRR_BIN / d)) > 3

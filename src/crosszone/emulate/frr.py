@@ -215,6 +215,8 @@ def gateway_config(p: Plan, gw: Gateway, active: bool) -> str:
 
 #: Real-time priority (SCHED_FIFO) of bfdd in every namespace.
 BFDD_RT_PRIORITY = 10
+#: Nice value of bgpd and zebra in every namespace (`_priority`).
+ROUTING_NICE = -10
 
 
 def control_cpus() -> tuple[str, str]:
@@ -260,8 +262,16 @@ def _priority(daemon: str) -> tuple[str, ...]:
     at SCHED_FIFO 10, pinned to the control CPU (`control_cpus`). zebra and bgpd stay at normal
     priority: given SCHED_FIFO 5, a router's bgpd took 90 % of a CPU through a run of planned
     switches and starved the box (load average 96); a real-time daemon that can be busy for
-    long is worse than a late one."""
-    return realtime_on_bfd_cpu(BFDD_RT_PRIORITY) if daemon == "bfdd" else ()
+    long is worse than a late one. They run at nice -10 instead (`ROUTING_NICE`): still shared
+    fairly, but ahead of the workload and of ksoftirqd's packet processing when a migration step
+    needs them. Measured by `bench migrate` under the workload (load average 9 to 12), with the
+    step's commands sent to every gateway at once: converge_ms 183 to 539 ms against 234 to 821
+    at nice 0."""
+    if daemon == "bfdd":
+        return realtime_on_bfd_cpu(BFDD_RT_PRIORITY)
+    if daemon in ("bgpd", "zebra"):
+        return ("nice", "-n", str(ROUTING_NICE))
+    return ()
 
 
 def realtime_on_bfd_cpu(priority: int) -> tuple[str, ...]:

@@ -20,7 +20,8 @@ from crosszone.linux import netns
 
 MAX_LOSS_SHARE = 0.002
 FIELDS = {"migration", "step", "weight_new", "lost", "lost_to_storage", "lost_to_compute",
-          "max_gap_ms", "failed_requests", "converge_ms", "announce_ms"}
+          "max_gap_ms", "failed_requests", "converge_ms", "announce_ms", "update_rcvd_ms",
+          "after_update_ms"}
 
 
 def test_both_migrations_under_the_workload_lose_nothing(tmp_path: Path) -> None:
@@ -42,6 +43,9 @@ def test_both_migrations_under_the_workload_lose_nothing(tmp_path: Path) -> None
         ("crosszone->legacy", 10), ("crosszone->legacy", 50), ("crosszone->legacy", 100)]
     assert all(set(d) == FIELDS for d in steps)
     assert all(d["converge_ms"] is not None and d["converge_ms"] > 0 for d in steps)
+    # every step changed some route at the routers, before both kernels held its weights
+    assert all(d["update_rcvd_ms"] is not None and 0 < d["update_rcvd_ms"] <= d["converge_ms"]
+               for d in steps), steps
     assert summary["failed_requests"] == 0, summary["workload"]
     assert summary["tcp_resets"] == 0
     sent = summary["probe"]["sent"]

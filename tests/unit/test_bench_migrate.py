@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from crosszone.bench.migrate import loss_seconds, lost_in
+from crosszone.bench.migrate import loss_seconds, lost_in, step_lines
 from crosszone.workload.udp_probe import Record
 
 T0 = 1_000.0
@@ -36,3 +36,20 @@ def test_lost_in_counts_only_the_window_and_splits_directions() -> None:
     assert whole["max_gap_ms"] == 2.0
     part = lost_in(records, 1_000_000, 1, T0 + 0.0455, T0 + 0.0705)
     assert (part["lost"], part["lost_to_storage"], part["lost_to_compute"]) == (2, 1, 1)
+
+
+def test_step_lines_split_convergence_at_the_last_changed_route() -> None:
+    events = [{"event": "step", "step": 1, "weight_new": 10, "t": T0},
+              {"event": "step", "step": 2, "weight_new": 50, "t": T0 + 5},
+              {"event": "finished", "step": 2, "weight_new": 50, "t": T0 + 9}]
+    moves = [{"t": T0, "converge_ms": 180.0, "announce_ms": 10.0},
+             {"t": T0 + 5, "converge_ms": 200.0, "announce_ms": 12.0}]
+    # changes: one before the first step, two inside it, one after its kernels converged
+    changes = [T0 - 1, T0 + 0.05, T0 + 0.110, T0 + 0.5, T0 + 5.120]
+    lines = step_lines(events, moves, {}, 1_000_000, 1, [(T0 + 6, 2)], "legacy->crosszone",
+                       changes)
+    assert [(x["update_rcvd_ms"], x["after_update_ms"]) for x in lines] == [
+        (110.0, 70.0), (120.0, 80.0)]
+    assert [x["failed_requests"] for x in lines] == [0, 2]
+    none = step_lines(events, moves, {}, 1_000_000, 1, [], "x", [T0 + 3])
+    assert [(x["update_rcvd_ms"], x["after_update_ms"]) for x in none] == [(None, None)] * 2

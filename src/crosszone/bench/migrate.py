@@ -11,9 +11,12 @@ On the migration topology (examples/migrate.yaml) the benchmark runs, all at onc
   back, crosszone -> legacy, by the same engine and driver as `crosszone migrate`.
 
 One JSON line per step: `{"migration", "step", "weight_new", "lost", "lost_to_storage",
-"lost_to_compute", "failed_requests", "max_gap_ms", "converge_ms", "announce_ms"}`, where
-converge_ms runs from the first announcement command of the step until both routers' kernels
-hold its weights (netlink), and announce_ms is the part spent sending the commands. Then a
+"lost_to_compute", "failed_requests", "max_gap_ms", "converge_ms", "announce_ms",
+"update_rcvd_ms", "after_update_ms"}`, where converge_ms runs from the first announcement
+command of the step until both routers' kernels hold its weights (netlink), announce_ms is the
+part spent sending the commands, update_rcvd_ms is when the routers received the last route the
+step changed (FRR's `debug bgp updates in`, turned on for the run: emulate/update_log.py) and
+after_update_ms = converge_ms - update_rcvd_ms, the routers' own convergence. Then a
 summary line with the totals, the TCP resets counted in every endpoint and storage namespace,
 and the conditions.
 """
@@ -26,6 +29,7 @@ import math
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import tempfile
 import threading
@@ -40,10 +44,11 @@ from rich.console import Console
 from crosszone.abi.objects import ROOT
 from crosszone.bench.failover import STALL_REPORT_MS, start_probe
 from crosszone.bench.migrate_chart import Sampler, draw
-from crosszone.emulate import deploy, topology
+from crosszone.emulate import deploy, topology, update_log
 from crosszone.emulate.migration import EmulatorDriver
 from crosszone.emulate.stallwatch import StallWatch
 from crosszone.emulate.topology import workload_targets
+from crosszone.emulate.vty import Vty, VtyError
 from crosszone.linux import netns
 from crosszone.migrate import engine as eng
 from crosszone.migrate.plan import GUARD_DOCS, Plan
@@ -138,8 +143,12 @@ def loss_seconds(records: dict[str, tuple[Record, Record]], t_start: float
 
 def step_lines(events: list[dict[str, Any]], moves: list[dict[str, float]],
                records: dict[str, tuple[Record, Record]], interval_ns: int, flows: int,
-               errors: list[tuple[float, int]], label: str) -> list[dict[str, Any]]:
-    """One line per weight move: what was lost and failed from its announcement to the next."""
+               errors: list[tuple[float, int]], label: str,
+               changes: list[float] | None = None) -> list[dict[str, Any]]:
+    """One line per weight move: what was lost and failed from its announcement to the next.
+    With `changes` (times the routers received a changed route, update_log), the move's
+    convergence is split at the last change it brought: `update_rcvd_ms` from the first command,
+    `after_update_ms` from there until both kernels held the weights."""
     marks = [ev for ev in events if ev["event"] in STEP_EVENTS]
     ends = [ev["t"] for ev in events if ev["event"] in STEP_EVENTS + ("finished",)][1:]
     out = []
@@ -147,12 +156,33 @@ def step_lines(events: list[dict[str, Any]], moves: list[dict[str, float]],
         move = moves[i] if i < len(moves) else {}
         t0 = move.get("t", ev["t"])
         t1 = ends[i] if i < len(ends) else float("inf")
+        conv = move.get("converge_ms")
+        rcvd = None
+        if changes is not None and conv is not None:
+            last = update_log.last_change(changes, t0, t0 + conv / 1000)
+            rcvd = None if last is None else round((last - t0) * 1000, 1)
         out.append({"migration": label, "step": ev["step"], "weight_new": ev["weight_new"],
                     **lost_in(records, interval_ns, flows, t0, t1),
                     "failed_requests": sum(n for t, n in errors if t0 <= t < t1),
-                    "converge_ms": move.get("converge_ms"),
-                    "announce_ms": move.get("announce_ms")})
+                    "converge_ms": conv,
+                    "announce_ms": move.get("announce_ms"),
+                    "update_rcvd_ms": rcvd,
+                    "after_update_ms": None if rcvd is None or conv is None
+                    else round(conv - rcvd, 1)})
     return out
+
+
+def _router_debug(p: Any, on: bool) -> None:
+    """Log (or stop logging) every update the two routers receive (update_log)."""
+    for ns in (p.compute_router_ns, p.storage_router_ns):
+        try:
+            v = Vty(ns)
+            try:
+                v.run(update_log.debug_on(ns) if on else update_log.debug_off(ns), False)
+            finally:
+                v.close()
+        except (VtyError, OSError):
+            continue
 
 
 def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
@@ -168,6 +198,7 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
     # for a BFD session to go down and come back: parity would refuse the start meanwhile.
     dep.wait_sessions(timeout=60)
     p = dep.plan
+    _router_debug(p, True)
     canary = spec.vpcs[-1].name
     limits = {k: v[0] for k, v in GUARD_DOCS.items()} | {
         "canary_errors": 0.0, "canary_latency_factor": latency_factor,
@@ -232,13 +263,15 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
         sampler.halt.set()
         records = udp.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+        changes = update_log.read_changes([p.compute_router_ns, p.storage_router_ns])
+        _router_debug(p, False)
     if chart is not None:
         draw(sampler.rows, [(m["t"], f"{pl.source}->{pl.target}", int(m["weight_new"]))
                             for pl, _e, moves in histories for m in moves], t_start, chart)
     interval_ns = int(1e9 / pps)
     for pl, events, moves in histories:
         for line in step_lines(events, moves, records, interval_ns, flows, errors,
-                               f"{pl.source}->{pl.target}"):
+                               f"{pl.source}->{pl.target}", changes):
             lines.append(line)
             emit(json.dumps(line))
     w = result.get("w")
@@ -251,6 +284,11 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
         # where the losses were, steps or not (the step lines cover only the weight moves)
         "lost_by_second": loss_seconds(records, t_start),
         "converge_ms_max": max((x["converge_ms"] or 0) for x in lines) if lines else None,
+        # the routers' share: from the last changed route they received to both kernels
+        "after_update_ms_max": max((x["after_update_ms"] or 0) for x in lines) if lines else None,
+        "after_update_ms_median": statistics.median(
+            x["after_update_ms"] for x in lines if x["after_update_ms"] is not None)
+        if any(x["after_update_ms"] is not None for x in lines) else None,
         # [cpu, ended (s after the start), for ms] of every stall of 50 ms or more
         "cpu_stalls": [[x.cpu, round(x.end_ns / 1e9 - t_start, 2), round(x.gap_ms, 1)]
                        for x in watch.stalls if x.gap_ms >= STALL_REPORT_MS],

@@ -1,0 +1,71 @@
+"""When the routers received a migration step's BGP updates, from FRR's own log.
+
+A step's `converge_ms` runs from the first command to the gateways until both routers' kernels
+hold the new weights. Two things make it up: FRR on the gateways re-sending the routes (after
+`soft out`, its announce timer: 100 ms), and the routers taking the update in (bgpd's work queue,
+50 ms; zebra's, 10 ms; then the kernel). To show which is which in the same run, the benchmark
+turns on `debug bgp updates in` on both routers' bgpd and reads back, for each step, when the
+last route that changed arrived: everything after it is the routers' own convergence.
+
+A changed route is a `rcvd PREFIX` line (or a withdrawal) that FRR did not log as a duplicate:
+after `soft out` a gateway re-sends every route, and only those whose attributes changed (the
+link bandwidth of the step) are news to the router.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+
+from crosszone.emulate.frr import frr_dir
+
+_LINE = re.compile(r"^(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d+) BGP: \[[^\]]*\] (\S+) rcvd (.*)$")
+_PREFIX = re.compile(r"^(UPDATE about )?([0-9a-fA-F.:]+/\d+) IPv[46] unicast")
+
+
+def debug_on(ns: str) -> list[str]:
+    """bgpd commands that log every received update of router `ns` with its time."""
+    return ["configure terminal", f"log file {frr_dir(ns) / 'frr.log'} debugging", "end",
+            "debug bgp updates in"]
+
+
+def debug_off(ns: str) -> list[str]:
+    """The commands that undo debug_on (the emulator's usual informational log)."""
+    return ["no debug bgp updates in", "configure terminal",
+            f"log file {frr_dir(ns) / 'frr.log'} informational", "end"]
+
+
+def changed_routes(log_text: str) -> list[tuple[float, str, str]]:
+    """(epoch seconds, peer, prefix) of every received route that was news, in log order.
+    FRR writes local time: read back as local time, so the epoch matches time.time()."""
+    out = []
+    for line in log_text.splitlines():
+        m = _LINE.match(line)
+        if m is None or "duplicate ignored" in m.group(3):
+            continue
+        p = _PREFIX.match(m.group(3))
+        if p is None:  # "rcvd UPDATE w/ attr", End-of-RIB, ...: not a route
+            continue
+        t = datetime.strptime(m.group(1), "%Y/%m/%d %H:%M:%S.%f").timestamp()
+        out.append((t, m.group(2), p.group(2)))
+    return out
+
+
+def read_changes(namespaces: Iterable[str]) -> list[float]:
+    """Times of every changed route the routers `namespaces` received, sorted."""
+    times: list[float] = []
+    for ns in namespaces:
+        path = Path(frr_dir(ns)) / "frr.log"
+        try:
+            times += [t for t, _peer, _prefix in changed_routes(path.read_text())]
+        except OSError:
+            continue
+    return sorted(times)
+
+
+def last_change(times: list[float], t0: float, t1: float) -> float | None:
+    """The last of `times` within [t0, t1], or None."""
+    inside = [t for t in times if t0 <= t <= t1]
+    return inside[-1] if inside else None

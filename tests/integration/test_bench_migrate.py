@@ -23,7 +23,7 @@ MAX_LOSS_SHARE = 0.002
 MAX_FAILED_SHARE = 0.001
 FIELDS = {"migration", "step", "weight_new", "lost", "lost_to_storage", "lost_to_compute",
           "max_gap_ms", "failed_requests", "converge_ms", "announce_ms", "update_rcvd_ms",
-          "after_update_ms"}
+          "written_ms", "after_update_ms"}
 
 
 def test_both_migrations_under_the_workload_lose_nothing(tmp_path: Path) -> None:
@@ -48,6 +48,8 @@ def test_both_migrations_under_the_workload_lose_nothing(tmp_path: Path) -> None
     # every step changed some route at the routers, before both kernels held its weights
     assert all(d["update_rcvd_ms"] is not None and 0 < d["update_rcvd_ms"] <= d["converge_ms"]
                for d in steps), steps
+    # ... and the routers' zebra logged writing the step's routes to the kernel meanwhile
+    assert all(d["written_ms"] is not None for d in steps), steps
     # the target is 0; one checkpoint PUT in four recorded runs timed out (10 s) at a saturated
     # 100 Mbit/s storage port with the probe losing nothing (docs/migrate.md): bounded here
     requests = sum(summary["workload"][k]["requests"] for k in ("loader", "checkpoint", "small"))

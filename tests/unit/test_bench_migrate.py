@@ -46,10 +46,12 @@ def test_step_lines_split_convergence_at_the_last_changed_route() -> None:
              {"t": T0 + 5, "converge_ms": 200.0, "announce_ms": 12.0}]
     # changes: one before the first step, two inside it, one after its kernels converged
     changes = [T0 - 1, T0 + 0.05, T0 + 0.110, T0 + 0.5, T0 + 5.120]
+    writes = [T0 + 0.150, T0 + 0.170, T0 + 0.9, T0 + 5.190]
     lines = step_lines(events, moves, {}, 1_000_000, 1, [(T0 + 6, 2)], "legacy->crosszone",
-                       changes)
-    assert [(x["update_rcvd_ms"], x["after_update_ms"]) for x in lines] == [
-        (110.0, 70.0), (120.0, 80.0)]
+                       changes, writes)
+    assert [(x["update_rcvd_ms"], x["written_ms"], x["after_update_ms"]) for x in lines] == [
+        (110.0, 170.0, 60.0), (120.0, 190.0, 70.0)]
     assert [x["failed_requests"] for x in lines] == [0, 2]
-    none = step_lines(events, moves, {}, 1_000_000, 1, [], "x", [T0 + 3])
-    assert [(x["update_rcvd_ms"], x["after_update_ms"]) for x in none] == [(None, None)] * 2
+    none = step_lines(events, moves, {}, 1_000_000, 1, [], "x", [T0 + 3], None)
+    assert [(x["update_rcvd_ms"], x["written_ms"], x["after_update_ms"]) for x in none] == [
+        (None, None, None)] * 2

@@ -46,3 +46,24 @@ def test_debug_commands_undo_each_other() -> None:
 
 def test_unreadable_logs_are_skipped(tmp_path) -> None:
     assert update_log.read_changes(["czemu-does-not-exist"]) == []
+
+
+ZEBRA = """\
+2026/12/03 00:07:00.621043 ZEBRA: [YXPF5-B2CE0] netlink_route_multipath_msg_encode: RTM_NEWROUTE 10.0.0.100/32 vrf 0(254)
+2026/12/03 00:07:00.621089 ZEBRA: [XFCJM-2E8BE] _netlink_route_build_multipath: (multipath): 10.0.0.100/32 nexthop via 10.10.1.2  if 5 vrf default(0)
+2026/12/03 00:07:00.700000 ZEBRA: [YXPF5-B2CE0] netlink_route_multipath_msg_encode: RTM_NEWROUTE fd64:a::/64 vrf 0(254)
+2026/12/03 00:07:00.800000 ZEBRA: [YXPF5-B2CE0] netlink_route_multipath_msg_encode: RTM_DELROUTE 100.64.0.0/16 vrf 0(254)
+2026/12/03 00:07:00.900000 BGP: [YXPF5-B2CE0] netlink_route_multipath_msg_encode: RTM_NEWROUTE 1.2.3.0/24 vrf 0(254)
+"""
+
+
+def test_zebra_kernel_writes_new_and_deleted_routes() -> None:
+    got = update_log.kernel_writes(ZEBRA)
+    assert [p for _t, p in got] == ["10.0.0.100/32", "fd64:a::/64", "100.64.0.0/16"]
+    assert got[0][0] == datetime.strptime("2026/12/03 00:07:00.621043",
+                                          "%Y/%m/%d %H:%M:%S.%f").timestamp()
+
+
+def test_both_daemons_have_debug_commands() -> None:
+    assert update_log.debug_on("czemu-cr", "zebra")[-1] == "debug zebra kernel"
+    assert update_log.debug_off("czemu-cr", "zebra")[0] == "no debug zebra kernel"

@@ -15,8 +15,9 @@ One JSON line per step: `{"migration", "step", "weight_new", "lost", "lost_to_st
 "update_rcvd_ms", "after_update_ms"}`, where converge_ms runs from the first announcement
 command of the step until both routers' kernels hold its weights (netlink), announce_ms is the
 part spent sending the commands, update_rcvd_ms is when the routers received the last route the
-step changed (FRR's `debug bgp updates in`, turned on for the run: emulate/update_log.py) and
-after_update_ms = converge_ms - update_rcvd_ms, the routers' own convergence. Then a
+step changed (FRR's `debug bgp updates in`, turned on for the run: emulate/update_log.py),
+written_ms when their zebra last wrote a route to the kernel (`debug zebra kernel`), and
+after_update_ms = written_ms - update_rcvd_ms, the routers' own convergence, timed by them. Then a
 summary line with the totals, the TCP resets counted in every endpoint and storage namespace,
 and the conditions.
 """
@@ -144,45 +145,56 @@ def loss_seconds(records: dict[str, tuple[Record, Record]], t_start: float
 def step_lines(events: list[dict[str, Any]], moves: list[dict[str, float]],
                records: dict[str, tuple[Record, Record]], interval_ns: int, flows: int,
                errors: list[tuple[float, int]], label: str,
-               changes: list[float] | None = None) -> list[dict[str, Any]]:
+               changes: list[float] | None = None,
+               writes: list[float] | None = None) -> list[dict[str, Any]]:
     """One line per weight move: what was lost and failed from its announcement to the next.
-    With `changes` (times the routers received a changed route, update_log), the move's
-    convergence is split at the last change it brought: `update_rcvd_ms` from the first command,
-    `after_update_ms` from there until both kernels held the weights."""
+    With the routers' logs (update_log: `changes`, when they received a changed route; `writes`,
+    when zebra wrote a route to the kernel), the move's convergence is split, each time from
+    the first command and within the move's convergence: `update_rcvd_ms` (the last changed
+    route received), `written_ms` (the last kernel write) and `after_update_ms`, the routers'
+    own part from the one to the other."""
     marks = [ev for ev in events if ev["event"] in STEP_EVENTS]
     ends = [ev["t"] for ev in events if ev["event"] in STEP_EVENTS + ("finished",)][1:]
     out = []
+
+    def last_ms(times: list[float] | None, t0: float, conv: float | None) -> float | None:
+        if times is None or conv is None:
+            return None
+        last = update_log.last_change(times, t0, t0 + conv / 1000)
+        return None if last is None else round((last - t0) * 1000, 1)
+
     for i, ev in enumerate(marks):
         move = moves[i] if i < len(moves) else {}
         t0 = move.get("t", ev["t"])
         t1 = ends[i] if i < len(ends) else float("inf")
         conv = move.get("converge_ms")
-        rcvd = None
-        if changes is not None and conv is not None:
-            last = update_log.last_change(changes, t0, t0 + conv / 1000)
-            rcvd = None if last is None else round((last - t0) * 1000, 1)
+        rcvd, written = last_ms(changes, t0, conv), last_ms(writes, t0, conv)
         out.append({"migration": label, "step": ev["step"], "weight_new": ev["weight_new"],
                     **lost_in(records, interval_ns, flows, t0, t1),
                     "failed_requests": sum(n for t, n in errors if t0 <= t < t1),
                     "converge_ms": conv,
                     "announce_ms": move.get("announce_ms"),
                     "update_rcvd_ms": rcvd,
-                    "after_update_ms": None if rcvd is None or conv is None
-                    else round(conv - rcvd, 1)})
+                    "written_ms": written,
+                    "after_update_ms": None if rcvd is None or written is None
+                    else round(written - rcvd, 1)})
     return out
 
 
 def _router_debug(p: Any, on: bool) -> None:
-    """Log (or stop logging) every update the two routers receive (update_log)."""
+    """Log (or stop logging) every update the two routers receive and every route their zebra
+    writes to the kernel (update_log)."""
     for ns in (p.compute_router_ns, p.storage_router_ns):
-        try:
-            v = Vty(ns)
+        for daemon in update_log.DEBUGS:
             try:
-                v.run(update_log.debug_on(ns) if on else update_log.debug_off(ns), False)
-            finally:
-                v.close()
-        except (VtyError, OSError):
-            continue
+                v = Vty(ns, daemon)
+                try:
+                    v.run(update_log.debug_on(ns, daemon) if on
+                          else update_log.debug_off(ns, daemon), False)
+                finally:
+                    v.close()
+            except (VtyError, OSError):
+                continue
 
 
 def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
@@ -263,7 +275,8 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
         sampler.halt.set()
         records = udp.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-        changes = update_log.read_changes([p.compute_router_ns, p.storage_router_ns])
+        routers = [p.compute_router_ns, p.storage_router_ns]
+        changes, writes = update_log.read_changes(routers), update_log.read_writes(routers)
         _router_debug(p, False)
     if chart is not None:
         draw(sampler.rows, [(m["t"], f"{pl.source}->{pl.target}", int(m["weight_new"]))
@@ -271,7 +284,7 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
     interval_ns = int(1e9 / pps)
     for pl, events, moves in histories:
         for line in step_lines(events, moves, records, interval_ns, flows, errors,
-                               f"{pl.source}->{pl.target}", changes):
+                               f"{pl.source}->{pl.target}", changes, writes):
             lines.append(line)
             emit(json.dumps(line))
     w = result.get("w")
@@ -284,7 +297,7 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
         # where the losses were, steps or not (the step lines cover only the weight moves)
         "lost_by_second": loss_seconds(records, t_start),
         "converge_ms_max": max((x["converge_ms"] or 0) for x in lines) if lines else None,
-        # the routers' share: from the last changed route they received to both kernels
+        # the routers' share: from the last changed route they received to the last kernel write
         "after_update_ms_max": max((x["after_update_ms"] or 0) for x in lines) if lines else None,
         "after_update_ms_median": statistics.median(
             x["after_update_ms"] for x in lines if x["after_update_ms"] is not None)

@@ -9,7 +9,10 @@ last route that changed arrived: everything after it is the routers' own converg
 
 A changed route is a `rcvd PREFIX` line (or a withdrawal) that FRR did not log as a duplicate:
 after `soft out` a gateway re-sends every route, and only those whose attributes changed (the
-link bandwidth of the step) are news to the router.
+link bandwidth of the step) are news to the router. With `debug zebra kernel` the routers' zebra
+also logs when it wrote each route to the kernel (`RTM_NEWROUTE`): the step's last write is when
+the kernel got the weights, timed by the router itself rather than by the benchmark's poll
+(which runs beside the workload and sees the change a little later).
 """
 
 from __future__ import annotations
@@ -23,17 +26,23 @@ from crosszone.emulate.frr import frr_dir
 
 _LINE = re.compile(r"^(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d+) BGP: \[[^\]]*\] (\S+) rcvd (.*)$")
 _PREFIX = re.compile(r"^(UPDATE about )?([0-9a-fA-F.:]+/\d+) IPv[46] unicast")
+_WRITE = re.compile(r"^(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d+) ZEBRA: \[[^\]]*\] "
+                    r"netlink_route_multipath_msg_encode: RTM_(NEW|DEL)ROUTE (\S+) ")
 
 
-def debug_on(ns: str) -> list[str]:
-    """bgpd commands that log every received update of router `ns` with its time."""
+#: daemon -> what it logs: bgpd every received update, zebra every route it writes
+DEBUGS = {"bgpd": "debug bgp updates in", "zebra": "debug zebra kernel"}
+
+
+def debug_on(ns: str, daemon: str = "bgpd") -> list[str]:
+    """Commands for `daemon` of router `ns` that log what DEBUGS says, with its time."""
     return ["configure terminal", f"log file {frr_dir(ns) / 'frr.log'} debugging", "end",
-            "debug bgp updates in"]
+            DEBUGS[daemon]]
 
 
-def debug_off(ns: str) -> list[str]:
+def debug_off(ns: str, daemon: str = "bgpd") -> list[str]:
     """The commands that undo debug_on (the emulator's usual informational log)."""
-    return ["no debug bgp updates in", "configure terminal",
+    return [f"no {DEBUGS[daemon]}", "configure terminal",
             f"log file {frr_dir(ns) / 'frr.log'} informational", "end"]
 
 
@@ -53,16 +62,37 @@ def changed_routes(log_text: str) -> list[tuple[float, str, str]]:
     return out
 
 
-def read_changes(namespaces: Iterable[str]) -> list[float]:
-    """Times of every changed route the routers `namespaces` received, sorted."""
-    times: list[float] = []
+def kernel_writes(log_text: str) -> list[tuple[float, str]]:
+    """(epoch seconds, prefix) of every route zebra wrote to (or deleted from) the kernel."""
+    out = []
+    for line in log_text.splitlines():
+        m = _WRITE.match(line)
+        if m is not None:
+            t = datetime.strptime(m.group(1), "%Y/%m/%d %H:%M:%S.%f").timestamp()
+            out.append((t, m.group(3)))
+    return out
+
+
+def _logs(namespaces: Iterable[str]) -> list[str]:
+    texts = []
     for ns in namespaces:
-        path = Path(frr_dir(ns)) / "frr.log"
         try:
-            times += [t for t, _peer, _prefix in changed_routes(path.read_text())]
+            texts.append((Path(frr_dir(ns)) / "frr.log").read_text())
         except OSError:
             continue
-    return sorted(times)
+    return texts
+
+
+def read_changes(namespaces: Iterable[str]) -> list[float]:
+    """Times of every changed route the routers `namespaces` received, sorted."""
+    return sorted(t for text in _logs(namespaces) for t, _peer, _prefix in changed_routes(text))
+
+
+def read_writes(namespaces: Iterable[str], prefixes: set[str] | None = None) -> list[float]:
+    """Times of every kernel route write of the routers `namespaces` (only `prefixes`, when
+    given), sorted."""
+    return sorted(t for text in _logs(namespaces) for t, prefix in kernel_writes(text)
+                  if prefixes is None or prefix in prefixes)
 
 
 def last_change(times: list[float], t0: float, t1: float) -> float | None:

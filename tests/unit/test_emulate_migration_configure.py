@@ -60,3 +60,31 @@ def test_a_broken_session_is_reopened_once_and_others_are_not_held_up(
         d.configure(gws, ["end"])
     assert broken.closed
     assert all(f.runs == [["end"]] for f in fine.values())
+
+
+def test_realtime_block_runs_fifo_and_its_threads_too_then_restores() -> None:
+    import os
+
+    from crosszone.emulate.migration import _realtime
+
+    seen: dict[str, int] = {}
+
+    def body() -> None:
+        before = os.sched_getscheduler(0)
+        with _realtime(1):
+            seen["inside"] = os.sched_getscheduler(0)
+            t = threading.Thread(target=lambda: seen.setdefault("thread",
+                                                                os.sched_getscheduler(0)))
+            t.start()
+            t.join()
+        seen["after"] = os.sched_getscheduler(0)
+        seen["before"] = before
+
+    runner = threading.Thread(target=body)  # a thread of its own: the test's stays as it is
+    runner.start()
+    runner.join()
+    assert seen["after"] == seen["before"] == os.SCHED_OTHER
+    if os.geteuid() == 0:
+        assert seen["inside"] == seen["thread"] == os.SCHED_FIFO
+    else:  # without the privilege the block still runs, at the usual priority
+        assert seen["inside"] == os.SCHED_OTHER

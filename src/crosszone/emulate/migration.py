@@ -23,11 +23,13 @@ How the emulated deployment does what the engine asks:
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import socket
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -60,6 +62,31 @@ class MigrationDriverError(RuntimeError):
     """The emulator could not do what a migration step needs."""
 
 
+#: SCHED_FIFO priority of the thread that sends a step's commands and watches the routers'
+#: kernels (`_realtime`): below the routers' fast reroute (5) and bfdd (10), above the workload,
+#: the agents and ksoftirqd's packet processing, which otherwise delayed each of its many
+#: wake-ups on the loaded box (a step's commands took up to 258 ms to send, and the poll saw the
+#: kernel's new weights up to 1.6 s after zebra had written them: `bench migrate`,
+#: update_rcvd_ms/written_ms against converge_ms).
+MOVE_RT_PRIORITY = 1
+
+
+@contextlib.contextmanager
+def _realtime(priority: int) -> Iterator[None]:
+    """Run the block with the calling thread at SCHED_FIFO `priority` (threads it starts
+    inherit it), then restore its policy; without the privilege, at its usual priority."""
+    try:
+        policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        os.sched_setscheduler(0, policy, param)
+
+
 @dataclass
 class EmulatorDriver:
     """Drives a migration on the emulated deployment `dep`."""
@@ -76,6 +103,7 @@ class EmulatorDriver:
     _drops0: dict[str, int] = field(default_factory=dict)
     _retired: bool = False
     _vtys: dict[tuple[str, str], Vty] = field(default_factory=dict)
+    _fibs: list[RouterFib] = field(default_factory=list)
 
     # ---- FRR sessions -------------------------------------------------------------------------
 
@@ -122,10 +150,24 @@ class EmulatorDriver:
             return ""
 
     def close(self) -> None:
-        """Close every vty session."""
+        """Close every vty session and netlink socket."""
         for v in self._vtys.values():
             v.close()
         self._vtys.clear()
+        self._close_fibs()
+
+    def _close_fibs(self) -> None:
+        for fib in self._fibs:
+            fib.close()
+        self._fibs.clear()
+
+    def fibs(self) -> list[RouterFib]:
+        """Netlink sockets into both routers (opened once: a socket and a link dump cost tens
+        of ms on the loaded box, at the start of every wait)."""
+        if not self._fibs:
+            p = self.dep.plan
+            self._fibs = [RouterFib(p.compute_router_ns), RouterFib(p.storage_router_ns)]
+        return self._fibs
 
     # ---- who is who ---------------------------------------------------------------------------
 
@@ -279,7 +321,13 @@ class EmulatorDriver:
     # ---- weights ------------------------------------------------------------------------------
 
     def set_weight(self, plan: Plan, weight_new: int) -> float:
-        """Move production traffic to `weight_new` percent on the target gateways."""
+        """Move production traffic to `weight_new` percent on the target gateways; ms from the
+        first command until both routers' kernels hold the weights. Commands and watch run
+        real-time (`MOVE_RT_PRIORITY`)."""
+        with _realtime(MOVE_RT_PRIORITY):
+            return self._set_weight(plan, weight_new)
+
+    def _set_weight(self, plan: Plan, weight_new: int) -> float:
         src, dst = self.sides(plan)
         to_compute, to_storage = self.production(plan)
         v6 = any(":" in x for x in to_storage)
@@ -331,23 +379,24 @@ class EmulatorDriver:
               timeout: float = 30.0) -> None:
         """Poll both routers' kernels (1 ms apart) until every prefix has the expected next-hop
         devices (a superset with want_present) and, where given, the target's share."""
-        p = self.dep.plan
-        fibs = [RouterFib(p.compute_router_ns), RouterFib(p.storage_router_ns)]
+        fibs = self.fibs()
         start = self.clock()
-        try:
-            while True:
-                got: dict[str, dict[str, int]] = {}
+        while True:
+            got: dict[str, dict[str, int]] = {}
+            read = True
+            try:
                 for fib in fibs:
                     got.update(fib.weights(set(expect)))
-                if all(_matches(got.get(x, {}), devs, pct, new or set(), want_present)
-                       for x, (devs, pct) in expect.items()):
-                    return
-                if self.clock() - start > timeout:
-                    raise MigrationDriverError(f"timed out waiting for {what}: {got}")
-                self.sleep(0.001)
-        finally:
-            for fib in fibs:
-                fib.close()
+            except OSError:
+                self._close_fibs()  # a router's socket broke: new ones for the next poll
+                read = False
+            if read and all(_matches(got.get(x, {}), devs, pct, new or set(), want_present)
+                   for x, (devs, pct) in expect.items()):
+                return
+            if self.clock() - start > timeout:
+                raise MigrationDriverError(f"timed out waiting for {what}: {got}")
+            self.sleep(0.001)
+            fibs = self.fibs()
 
     # ---- guards -------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from crosszone.emulate import control_plane, deploy, kinds, prometheus, topology
 from crosszone.emulate import state as st
-from crosszone.linux import netns
+from crosszone.linux import netns, pids
 from crosszone.progress import Progress
 
 TopologyOpt = typer.Option(topology.DEFAULT_TOPOLOGY, "--topology", "-t",
@@ -49,7 +49,7 @@ def status_table(dep: deploy.Deployment) -> Table:
     existing = set(netns.list_namespaces(dep.ex, topology.PREFIX))
     table.add_row("namespaces", f"{len(set(dep.plan.namespaces) & existing)}"
                   f"/{len(dep.plan.namespaces)} present")
-    dead = [f for f in deploy.pidfiles(dep.plan) if not deploy._pid_alive(f)]
+    dead = [f for f in deploy.pidfiles(dep.plan) if not pids.pidfile_alive(f)]
     table.add_row("daemons", "all running" if not dead else f"{len(dead)} not running")
     table.add_row("active set", state.active if state else "-")
     table.add_row("fast path", ", ".join(f"{k}={'attached' if v else 'no'}"

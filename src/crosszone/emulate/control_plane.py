@@ -38,6 +38,7 @@ from crosszone.emulate import frr
 from crosszone.emulate.kinds import DeployError
 from crosszone.emulate.topology import INSTANCE, RUN_DIR, Gateway, Plan, router_mac
 from crosszone.intent.schema import Policy
+from crosszone.linux import pids
 
 POOL = "storage"
 CONTROL_DIR = RUN_DIR / "control"
@@ -196,20 +197,7 @@ def _spawn(name: str, argv: list[str], pidfile: Path, env: dict[str, str] | None
 
 def controller_alive() -> bool:
     """Whether the controller's process (by its pidfile) is running."""
-    return _alive(controller_pidfile())
-
-
-def _alive(pidfile: Path) -> bool:
-    try:
-        pid = int(pidfile.read_text().split()[0])
-        os.kill(pid, 0)
-    except (OSError, ValueError, IndexError):
-        return False
-    try:  # a child of ours that exited is a zombie until reaped
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        return done == 0
-    except ChildProcessError:
-        return True
+    return pids.pidfile_alive(controller_pidfile())
 
 
 def token() -> str:
@@ -252,7 +240,7 @@ def start_controller(p: Plan) -> int:
         fd = os.open(token_file(), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_urlsafe(24) + "\n")
-    if not _alive(controller_pidfile()):
+    if not pids.pidfile_alive(controller_pidfile()):
         charts_dir().mkdir(parents=True, exist_ok=True)
         _spawn("controller", [crosszone_bin(), "controller", "--store", store_url(),
                               "--listen", controller_url().removeprefix("http://"),
@@ -261,7 +249,7 @@ def start_controller(p: Plan) -> int:
                controller_pidfile())
         _wait("the controller's /healthz", _healthz, 30,
               lambda: "dead, log: " + _tail("controller")
-              if not _alive(controller_pidfile()) else "")
+              if not pids.pidfile_alive(controller_pidfile()) else "")
     text = yaml.safe_dump(cluster_intent(p), sort_keys=False)
     intent_file().write_text(text)
     client = Client(controller_url(), token())
@@ -277,7 +265,7 @@ def start_controller(p: Plan) -> int:
 
 def start_agent(p: Plan, gw: Gateway) -> None:
     """Start `gw`'s agent (unless running): it attaches the fast path, then programs it."""
-    if _alive(agent_pidfile(gw)):
+    if pids.pidfile_alive(agent_pidfile(gw)):
         return
     # The agent attaches the fast path (its map allocation holds a CPU for up to a second):
     # off the CPU bfdd runs on (frr.control_cpus).
@@ -314,7 +302,7 @@ def wait_applied(gw: Gateway, revision: int, timeout: float = 60.0) -> None:
         return int(s.get("revision") or 0) >= revision and s.get("health") == "ok"
 
     def why() -> str:
-        if not _alive(agent_pidfile(gw)):
+        if not pids.pidfile_alive(agent_pidfile(gw)):
             return "the agent died, log: " + _tail(f"agent-{gw.name}")
         s = agent_status(gw)
         return f"last status {s.get('health')} at revision {s.get('revision')}: " \
@@ -330,8 +318,8 @@ def describe(p: Plan) -> dict[str, Any]:
         return {}
     return {
         "controller": {"url": controller_url(), "token_file": str(token_file()),
-                       "store": store_url(), "running": _alive(controller_pidfile())},
+                       "store": store_url(), "running": pids.pidfile_alive(controller_pidfile())},
         "agents": {g.name: {"metrics": f"http://{agent_metrics(g)}/metrics",
-                            "running": _alive(agent_pidfile(g)),
+                            "running": pids.pidfile_alive(agent_pidfile(g)),
                             "pidfile": str(agent_pidfile(g))} for g in gws},
     }

@@ -30,7 +30,7 @@ from crosszone.emulate.topology import (
     router_mac,
     vxlan_name,
 )
-from crosszone.linux import links, netns
+from crosszone.linux import links, netns, pids
 from crosszone.linux.netns import Executor, Op, in_ns
 
 Clock = Callable[[], float]
@@ -352,33 +352,13 @@ class Deployment:
         existing = set(netns.list_namespaces(self.ex, PREFIX))
         if not set(self.plan.namespaces) <= existing:
             return False
-        return all(_pid_alive(Path(f)) for f in pidfiles(self.plan))
+        return all(pids.pidfile_alive(Path(f)) for f in pidfiles(self.plan))
 
 
-def _read_pid(path: Path) -> int | None:
-    try:
-        return int(path.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _pid_alive(path: Path) -> bool:
-    pid = _read_pid(path)
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _kill_pids(pids: list[int], sleep: Sleep) -> None:
+def _kill_pids(targets: list[int], sleep: Sleep) -> None:
     """TERM, give them up to 2 s, then KILL."""
     alive = []
-    for pid in pids:
+    for pid in targets:
         try:
             os.kill(pid, signal.SIGTERM)
             alive.append(pid)
@@ -421,8 +401,8 @@ def down(ex: Executor, log: Callable[[str], None] = print, sleep: Sleep = time.s
     if state:
         names |= {n for n in state.namespaces if n in names}
         # Daemons first: an agent left running would keep programming what is being detached.
-        pids = [pid for f in state.pidfiles if (pid := _read_pid(Path(f))) is not None]
-        _kill_pids(pids, sleep)
+        daemons = [pid for f in state.pidfiles if (pid := pids.read_pid(Path(f))) is not None]
+        _kill_pids(daemons, sleep)
         for gw_name, attached in state.fastpath.items():
             ns = f"{PREFIX}{gw_name}"
             kind = kinds.by_gateway_name(gw_name)

@@ -24,6 +24,7 @@ import yaml
 from crosszone.agent.metrics import RECORDING_RULES
 from crosszone.emulate import control_plane
 from crosszone.emulate.topology import RUN_DIR
+from crosszone.linux import pids
 
 BINARY = "prometheus"
 #: the controller is at port_base(), agent k at port_base() + k (k <= 16: 8 gateways per kind)
@@ -135,7 +136,7 @@ def stop(run_dir: Path = RUN_DIR, sleep: Callable[[float], None] = time.sleep) -
         with contextlib.suppress(ProcessLookupError):
             os.kill(p, signal.SIGTERM)
         for _ in range(50):
-            if not _alive(p):
+            if not pids.pid_alive(p):
                 break
             sleep(0.1)
         else:
@@ -144,13 +145,3 @@ def stop(run_dir: Path = RUN_DIR, sleep: Callable[[float], None] = time.sleep) -
     shutil.rmtree(directory(run_dir), ignore_errors=True)
 
 
-def _alive(p: int) -> bool:
-    with contextlib.suppress(ChildProcessError):
-        done, _ = os.waitpid(p, os.WNOHANG)  # our child: reap it
-        if done:
-            return False
-    try:
-        os.kill(p, 0)
-    except ProcessLookupError:
-        return False
-    return True

@@ -1,7 +1,8 @@
 """Read struct layouts and enum values from a compiled BPF object's BTF, through libbpf (ctypes).
 
 Python mirrors of the C structs shared with the fast path are checked against these figures, so
-the binary layout is defined once per side and compared automatically (docs/contributing.md, convention 5).
+the binary layout is defined once per side and compared automatically (docs/contributing.md,
+convention 5).
 The walk follows include/uapi/linux/btf.h: a ``struct btf_type`` (name_off, info, size/type)
 followed by ``vlen`` kind-specific records (``btf_member``, ``btf_array``, ``btf_enum``...).
 """

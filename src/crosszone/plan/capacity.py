@@ -9,7 +9,8 @@ Tofino-class gateway; 2 Tbps -> 44 or 2 (two offload gateways give 3.2 Tbps, eno
 2.5 Tbps peak of 50 GPU servers too).
 
 A device's capacity depends on the packet-size mix: quoted bit rates hold for large frames, while a
-packet-rate ceiling (software per-packet cost, a switch pipeline's packet rate) bites for small ones.
+packet-rate ceiling (software per-packet cost, a switch pipeline's packet rate) bites for small
+ones.
 """
 
 from __future__ import annotations

@@ -166,7 +166,8 @@ def _fit_table(fits: tuple[PlatformFit, ...]) -> Table:
 
 def _sim_table(result: SimulationResult) -> Table:
     table = Table(
-        title=f"{result.scenario}: {result.servers} GPU servers, {result.peak_gbps:,.0f} Gbps peak, "
+        title=f"{result.scenario}: {result.servers} GPU servers, "
+        f"{result.peak_gbps:,.0f} Gbps peak, "
         f"{result.duration_s / 3600:g} h simulated, seed {result.seed}"
     )
     columns = (

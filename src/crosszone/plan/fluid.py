@@ -331,7 +331,8 @@ class _TierModel:
             self.delays.add_constant(self.idle_delay_s, device_seconds)
 
     def phase(self, bytes_per_server: float, streams: int, size_cv: float) -> PhaseStats:
-        """Run one synchronised phase: every server moves `bytes_per_server` in `streams` streams."""
+        """Run one synchronised phase: every server moves `bytes_per_server` in `streams`
+        streams."""
         servers = self.s.cluster.servers
         n = servers * streams
         mean_bits = bytes_per_server * 8 / streams

@@ -1,8 +1,8 @@
 """Quantities a planner types (rates, sizes, durations, shares) and the plan plane's one error type.
 
-Every user-facing input of `crosszone plan` and `crosszone simulate` goes through these parsers, so a
-wrong unit or a negative demand is reported once, the same way, naming where it came from (a CLI
-option, or a file and a field). Units are explicit on purpose: a bare `2000` could be Gbps or Mbps,
+Every user-facing input of `crosszone plan` and `crosszone simulate` goes through these parsers,
+so a wrong unit or a negative demand is reported once, the same way, naming where it came from (a
+CLI option, or a file and a field). Units are explicit on purpose: a bare `2000` could be Gbps or Mbps,
 and guessing is how capacity plans end up off by a factor of 1000.
 """
 
@@ -197,7 +197,8 @@ def ceil_devices(required: float) -> int:
     """Round a fractional device count up, forgiving binary floating-point noise.
 
     Products such as demand x 1.1 / capacity land a hair above a whole number in binary floating
-    point (1500 Gbps x 1.1 / 50 Gbps is 33.00000000000001); a plain ceil would then buy one gateway too many. Nine decimals is far below any physically meaningful fraction of a device.
+    point (1500 Gbps x 1.1 / 50 Gbps is 33.00000000000001); a plain ceil would then buy one
+    gateway too many. Nine decimals is far below any physically meaningful fraction of a device.
     """
     return max(0, math.ceil(round(required, 9)))
 

@@ -2,11 +2,10 @@
 
 A gateway that runs out of table space does not drop the excess: the fast path misses and hands the
 packet to the slow path (XDP_PASS to the kernel on crosszone-xdp, the control CPU on a switch),
-which forwards orders of magnitude slower. So the answer per platform is not just "fits / does
-not fit" but the share of entries that would live on the slow path. With no knowledge of which entries are
-hot, that share is reported per table as overflow / needed, i.e. assuming traffic spreads evenly
-over entries; a skewed workload that keeps its hot entries in the fast table fares better.
-"""
+which forwards orders of magnitude slower. So the answer per platform is not just "fits / does not
+fit" but the share of entries that would live on the slow path. With no knowledge of which entries
+are hot, that share is reported per table as overflow / needed, i.e. assuming traffic spreads evenly
+over entries; a skewed workload that keeps its hot entries in the fast table fares better."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """Quantities a planner types (rates, sizes, durations, shares) and the plan plane's one error type.
 
-Every user-facing input of `crosszone plan` and `crosszone simulate` goes through these parsers,
-so a wrong unit or a negative demand is reported once, the same way, naming where it came from (a
-CLI option, or a file and a field). Units are explicit on purpose: a bare `2000` could be Gbps or Mbps,
-and guessing is how capacity plans end up off by a factor of 1000.
-"""
+Every user-facing input of `crosszone plan` and `crosszone simulate` goes through these parsers, so
+a wrong unit or a negative demand is reported once, the same way, naming where it came from (a CLI
+option, or a file and a field). Units are explicit on purpose: a bare `2000` could be Gbps or Mbps,
+and guessing is how capacity plans end up off by a factor of 1000."""
 
 from __future__ import annotations
 

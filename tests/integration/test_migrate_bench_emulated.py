@@ -32,7 +32,11 @@ def test_both_migrations_under_the_workload_lose_nothing(tmp_path: Path) -> None
     lines: list[str] = []
     chart = tmp_path / "migrate.png"
     try:
-        summary = run_bench((10, 50, 100), 2.0, 2000.0, 16, emit=lines.append, chart=chart)
+        # loose latency guards, as in test_migrate.py: on a fresh CI box at load 19 the guard
+        # reads' p99 alone breached a factor of 10 once (1.9 s) and rolled the run back with
+        # nothing lost; what this test holds to is loss, failed requests and resets
+        summary = run_bench((10, 50, 100), 2.0, 2000.0, 16, emit=lines.append, chart=chart,
+                            latency_factor=1000.0)
     finally:
         deploy.down(netns.Executor(), log=lambda _m: None)
     docs = [json.loads(x) for x in lines]

@@ -45,7 +45,7 @@ def test_debug_commands_undo_each_other() -> None:
 
 
 def test_unreadable_logs_are_skipped(tmp_path) -> None:
-    assert update_log.read_changes(["czemu-does-not-exist"]) == []
+    assert update_log.read_times(["czemu-does-not-exist"]) == ([], [])
 
 
 ZEBRA = """\

@@ -276,7 +276,7 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
         records = udp.stop()
         shutil.rmtree(workdir, ignore_errors=True)
         routers = [p.compute_router_ns, p.storage_router_ns]
-        changes, writes = update_log.read_changes(routers), update_log.read_writes(routers)
+        changes, writes = update_log.read_times(routers)
         _router_debug(p, False)
     if chart is not None:
         draw(sampler.rows, [(m["t"], f"{pl.source}->{pl.target}", int(m["weight_new"]))

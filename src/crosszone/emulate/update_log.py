@@ -83,16 +83,12 @@ def _logs(namespaces: Iterable[str]) -> list[str]:
     return texts
 
 
-def read_changes(namespaces: Iterable[str]) -> list[float]:
-    """Times of every changed route the routers `namespaces` received, sorted."""
-    return sorted(t for text in _logs(namespaces) for t, _peer, _prefix in changed_routes(text))
-
-
-def read_writes(namespaces: Iterable[str], prefixes: set[str] | None = None) -> list[float]:
-    """Times of every kernel route write of the routers `namespaces` (only `prefixes`, when
-    given), sorted."""
-    return sorted(t for text in _logs(namespaces) for t, prefix in kernel_writes(text)
-                  if prefixes is None or prefix in prefixes)
+def read_times(namespaces: Iterable[str]) -> tuple[list[float], list[float]]:
+    """(times of every changed route the routers `namespaces` received, times of every route
+    their zebra wrote to the kernel), each sorted; each log is read once."""
+    texts = _logs(namespaces)
+    return (sorted(t for text in texts for t, _peer, _prefix in changed_routes(text)),
+            sorted(t for text in texts for t, _prefix in kernel_writes(text)))
 
 
 def last_change(times: list[float], t0: float, t1: float) -> float | None:

@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from crosszone.linux.netns import in_netns
+from crosszone.workload import udp_probe
 
 
 @dataclass(frozen=True)
@@ -55,11 +56,7 @@ def _connect(t: Target, timeout: float) -> socket.socket:
     family = socket.AF_INET6 if ":" in t.server else socket.AF_INET
     with in_netns(t.ns):
         s = socket.socket(family, socket.SOCK_STREAM)
-    if t.dscp:
-        if family == socket.AF_INET6:
-            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, t.dscp << 2)
-        else:
-            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, t.dscp << 2)
+    udp_probe.mark(s, family, t.dscp)
     s.settimeout(timeout)
     if t.source:
         s.bind((t.source, 0))

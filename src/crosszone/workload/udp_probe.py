@@ -175,16 +175,25 @@ def _family(addr: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in addr else socket.AF_INET
 
 
-def sender(fam: socket.AddressFamily, bind: str, dscp: int = 0) -> socket.socket:
-    """A sending socket bound to `bind` (any port) whose datagrams carry `dscp` (ECN bits 0)."""
+def mark(s: socket.socket, fam: socket.AddressFamily, dscp: int) -> None:
+    """Everything `s` sends carries `dscp` (ECN bits 0), IPv4 TOS or IPv6 traffic class."""
     if not 0 <= dscp <= 63:
         raise ValueError(f"dscp {dscp}: must be 0 to 63")
-    s = socket.socket(fam, socket.SOCK_DGRAM)
     if dscp:
         if fam == socket.AF_INET6:
             s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, dscp << 2)
         else:
             s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
+
+
+def sender(fam: socket.AddressFamily, bind: str, dscp: int = 0) -> socket.socket:
+    """A sending socket bound to `bind` (any port) whose datagrams carry `dscp`."""
+    s = socket.socket(fam, socket.SOCK_DGRAM)
+    try:
+        mark(s, fam, dscp)
+    except ValueError:
+        s.close()
+        raise
     s.bind((bind, 0))
     return s
 

@@ -17,6 +17,7 @@ from emulate_helpers import sh
 from crosszone.emulate import deploy, topology
 from crosszone.emulate import state as st
 from crosszone.linux import netns
+from crosszone.linux import pids as pids_mod
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,7 +74,7 @@ def test_down_leaves_nothing_behind() -> None:
         state = st.load()
         assert state is not None and state.complete
         progs = _xdp_prog_ids(dep.plan)
-        pids = {pid for f in deploy.pidfiles(dep.plan) if (pid := deploy._read_pid(f))}
+        pids = {pid for f in deploy.pidfiles(dep.plan) if (pid := pids_mod.read_pid(f))}
         assert pids and (progs or not any(state.fastpath.values()))
         assert _our_processes(), "the deployment runs no process we can see"
     finally:

@@ -24,6 +24,7 @@ from crosszone.emulate import control_plane, deploy
 from crosszone.emulate import state as st
 from crosszone.emulate.control_plane import crosszone_bin
 from crosszone.fastpath.deploy import pinned_maps
+from crosszone.linux import pids as pids_mod
 from crosszone.workload.udp_probe import analyse
 
 pytestmark = pytest.mark.integration
@@ -107,7 +108,7 @@ def _kill(pidfile: Path) -> None:
     pid = int(pidfile.read_text().split()[0])
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while control_plane._alive(pidfile):
+    while pids_mod.pidfile_alive(pidfile):
         assert time.monotonic() < deadline, f"{pidfile} survived SIGKILL"
         time.sleep(0.05)
 

@@ -24,10 +24,11 @@ class Endpoint:
 
     def __init__(self) -> None:
         self.delay, self.status = 0.0, 200
+        self.health = {"health": "ok"}  # what the agent last reported through the store
         ep = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            def do_GET(self) -> None:
                 time.sleep(ep.delay)
                 self.send_response(ep.status)
                 self.end_headers()
@@ -54,11 +55,9 @@ class Endpoint:
 @pytest.fixture
 def endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[Endpoint]:
     ep = Endpoint()
-    health = {"health": "ok"}
     monkeypatch.setattr(migration, "AGENT_TIMEOUT_S", 0.2)
     monkeypatch.setattr(control_plane, "agent_metrics", lambda _gw: ep.addr)
-    monkeypatch.setattr(control_plane, "agent_status", lambda _gw: dict(health))
-    ep.health = health  # type: ignore[attr-defined]
+    monkeypatch.setattr(control_plane, "agent_status", lambda _gw: dict(ep.health))
     yield ep
     ep.close()
 
@@ -105,7 +104,7 @@ def test_an_error_status_or_an_unhealthy_report_counts_at_once(endpoint: Endpoin
     endpoint.status = 500
     assert not d._agent_ok(gw)
     endpoint.status = 200
-    endpoint.health["health"] = "degraded"  # type: ignore[attr-defined]
+    endpoint.health["health"] = "degraded"
     assert not d._agent_ok(gw)
     assert any("'degraded'" in m for m in logged), logged
 

@@ -159,6 +159,7 @@ def status_cmd(
 ) -> None:
     """Per-gateway status: revision applied, health, counters."""
     from crosszone.control.client import ControllerError
+    from crosszone.control.dashboard import in_sync
 
     try:
         out = _client(url, "", ca_cert).status()
@@ -173,7 +174,7 @@ def status_cmd(
     for gw, s in sorted(out["gateways"].items()):
         c = s.get("counters", {})
         table.add_row(gw, s.get("health", "?"), str(s.get("revision")),
-                      "yes" if s.get("revision") == want else "no",
+                      "yes" if in_sync(s.get("revision"), want) else "no",
                       str(s.get("occupancy", {}).get("routes4", "")),
                       str(s.get("occupancy", {}).get("hosts", "")),
                       str(c.get("forwarded", "")), str(c.get("dropped", "")),

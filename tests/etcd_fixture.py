@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import secrets
 import shutil
-import socket
 import ssl
 import subprocess
 import time
@@ -23,11 +22,7 @@ from typing import IO
 import httpx
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from crosszone.store import local_etcd
 
 
 @dataclass(frozen=True)
@@ -41,74 +36,40 @@ class EtcdServer:
     key: Path | None = None
 
 
-def _binary() -> str:
-    binary = shutil.which("etcd")
-    if binary is None:
-        pytest.skip("etcd is not installed (Debian: etcd-server)")
-    return binary
-
-
-def _member(binary: str, data: Path, name: str, url: str, peer: str, cluster: str,
-            extra: list[str]) -> tuple[subprocess.Popen, IO[str]]:
-    """Start one etcd member (its log in data/NAME.log), data in data/NAME."""
-    log = open(data / f"{name}.log", "w")  # noqa: SIM115  (closed in _stop, after etcd)
-    proc = subprocess.Popen(
-        [binary, "--data-dir", str(data / name), "--name", name,
-         "--listen-client-urls", url, "--advertise-client-urls", url,
-         "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-         "--initial-cluster", cluster, "--initial-cluster-state", "new",
-         "--max-request-bytes", str(64 << 20), "--max-txn-ops", "100000", *extra],
-        stdout=log, stderr=subprocess.STDOUT)
-    return proc, log
+def _binary() -> None:
+    try:
+        local_etcd.binary()
+    except local_etcd.EtcdStartError as exc:
+        pytest.skip(str(exc))
 
 
 def _wait_healthy(url: str, procs: list[subprocess.Popen], logs: list[Path],
-                  kw: dict | None = None, seconds: float = 20) -> None:
-    """Until url/health answers 200 (a leader is known); pytest.fail with the logs if not."""
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            if httpx.get(url + "/health", timeout=1, **(kw or {})).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
-            tails = "\n".join(f"{f.name}: {f.read_text()[-2000:]}" for f in logs)
-            pytest.fail(f"etcd did not start: {tails}")
-        time.sleep(0.1)
+                  kw: dict | None = None) -> None:
+    """Until url/health answers 200; pytest.fail with the members' logs if not."""
+    try:
+        local_etcd.wait_healthy(url, procs, logs, kw)
+    except local_etcd.EtcdStartError as exc:
+        pytest.fail(str(exc))
 
 
-def _start(data: Path, tls: dict[str, Path] | None = None) -> tuple[subprocess.Popen, str, object]:
-    binary = _binary()
-    client, peer = _free_port(), _free_port()
-    url = f"{'https' if tls else 'http'}://127.0.0.1:{client}"
+def _start(data: Path, tls: dict[str, Path] | None = None) -> tuple[subprocess.Popen, str, IO[str]]:
+    _binary()
     extra = []
     if tls:
         extra = ["--cert-file", str(tls["cert"]), "--key-file", str(tls["key"]),
                  "--trusted-ca-file", str(tls["ca"]), "--client-cert-auth"]
-    peer_url = f"http://127.0.0.1:{peer}"
-    proc, log = _member(binary, data, "test", url, peer_url, f"test={peer_url}", extra)
     kw = {}
     if tls:
         ctx = ssl.create_default_context(cafile=str(tls["ca"]))
         ctx.load_cert_chain(str(tls["client"]), str(tls["client_key"]))
         kw = {"verify": ctx}
     try:
-        _wait_healthy(url, [proc], [data / "test.log"], kw)
-    except BaseException:
-        _stop(proc, log)
-        raise
-    return proc, url, log
+        return local_etcd.start_single(data, extra, "https" if tls else "http", kw)
+    except local_etcd.EtcdStartError as exc:
+        pytest.fail(str(exc))
 
 
-def _stop(proc: subprocess.Popen, log: object) -> None:
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
-    log.close()  # type: ignore[attr-defined]
+_stop = local_etcd.stop
 
 
 def _enable_auth(url: str, tls: dict[str, Path] | None) -> str:
@@ -231,13 +192,13 @@ class EtcdCluster:
 
 def start_cluster(data: Path, size: int = 3) -> EtcdCluster:
     """Start `size` members at once (they wait for each other) and wait until each is healthy."""
-    binary = _binary()
+    _binary()
     names = [f"m{i}" for i in range(size)]
-    clients = [f"http://127.0.0.1:{_free_port()}" for _ in names]
-    peers = [f"http://127.0.0.1:{_free_port()}" for _ in names]
+    clients = [f"http://127.0.0.1:{local_etcd.free_port()}" for _ in names]
+    peers = [f"http://127.0.0.1:{local_etcd.free_port()}" for _ in names]
     initial = ",".join(f"{n}={p}" for n, p in zip(names, peers))
     token = ["--initial-cluster-token", f"cz-{secrets.token_hex(4)}"]
-    started = [_member(binary, data, n, c, p, initial, token)
+    started = [local_etcd.start_member(data, n, c, p, initial, token)
                for n, c, p in zip(names, clients, peers)]
     cluster = EtcdCluster(data, names, clients, [s[0] for s in started], [s[1] for s in started])
     try:

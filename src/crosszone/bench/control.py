@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from crosszone.abi.objects import object_path
+from crosszone.store import local_etcd
 
 
 def synthetic(routes: int, hosts: int, vpcs: int = 4, compact_hosts: bool = True) -> str:
@@ -65,34 +66,6 @@ def synthetic(routes: int, hosts: int, vpcs: int = 4, compact_hosts: bool = True
         lines += [f"  - name: p{v}", "    prefixes: |", block,
                   '    next_hops: [{name: n1, interface: lo, mac: "02:00:00:00:30:01"}]']
     return "\n".join(lines) + "\n"
-
-
-def _etcd(tmp: Path) -> tuple[subprocess.Popen, str]:
-    import socket
-
-    ports = []
-    for _ in range(2):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
-    url = f"http://127.0.0.1:{ports[0]}"
-    proc = subprocess.Popen(
-        ["etcd", "--data-dir", str(tmp / "etcd"), "--listen-client-urls", url,
-         "--advertise-client-urls", url, "--listen-peer-urls", f"http://127.0.0.1:{ports[1]}",
-         "--initial-advertise-peer-urls", f"http://127.0.0.1:{ports[1]}",
-         "--initial-cluster", f"default=http://127.0.0.1:{ports[1]}",
-         "--max-request-bytes", str(256 << 20), "--max-txn-ops", "100000",
-         "--quota-backend-bytes", str(4 << 30)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    import httpx
-
-    for _ in range(200):
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    return proc, url
 
 
 def _p(xs: list[float], q: float) -> float:
@@ -234,10 +207,13 @@ def run(store_kind: str, routes: int, hosts: int, changes: int, compact_hosts: b
 
     tmp = Path(tempfile.mkdtemp(prefix="czbench-"))
     pins = Path(tempfile.mkdtemp(prefix="czbench-", dir="/sys/fs/bpf"))
-    proc = cproc = server = None
+    proc = cproc = server = etcd_log = None
     try:
         if store_kind == "etcd":
-            proc, url = _etcd(tmp)
+            (tmp / "etcd").mkdir()
+            proc, url, etcd_log = local_etcd.start_single(
+                tmp / "etcd", ["--quota-backend-bytes", str(4 << 30)],
+                max_request_bytes=256 << 20)
             store_url = "etcd://" + url.removeprefix("http://")
         else:
             store_url = f"sqlite://{tmp}/state.db"
@@ -335,13 +311,9 @@ def run(store_kind: str, routes: int, hosts: int, changes: int, compact_hosts: b
                 "cpus": os.cpu_count(), "loadavg": [round(x, 2) for x in os.getloadavg()],
                 "kernel": os.uname().release}
     finally:
-        for p in (cproc, proc):
-            if p is not None:
-                p.terminate()
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait(5)
+        if cproc is not None:
+            local_etcd.stop(cproc)  # terminate, kill after 10 s: the same for any child
+        if proc is not None:
+            local_etcd.stop(proc, etcd_log)
         shutil.rmtree(pins, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)

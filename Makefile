@@ -26,7 +26,7 @@ BENCH_OBJS := $(BENCH_BASE:%=$(BUILD)/%.o) $(BENCH_BASE:%=$(BUILD)/%_live.o)
 # `crosszone bench forward`: its generator, validating sink and floor forward (bpf/bench_forward_*.c).
 BENCH_OBJS += $(BUILD)/bench_forward_gen.o $(BUILD)/bench_forward_sink.o $(BUILD)/bench_forward_floor.o
 
-.PHONY: setup apt venv build test test-unit demo bench clean
+.PHONY: setup apt venv build lint test test-unit demo bench clean
 
 setup: $(BUILD)/.apt-stamp $(VENV)/.stamp
 
@@ -83,7 +83,11 @@ $(BUILD)/%.o: $(BPF_SRC)/%.c $(BPF_HDRS) Makefile
 	@mkdir -p $(BUILD)
 	clang $(BPF_CFLAGS) -c $< -o $@
 
-test: build
+# ruff's rules are in pyproject.toml; a finding fails the run before any test starts
+lint: setup
+	$(VENV)/bin/ruff check src tests
+
+test: build lint
 	$(PY) -m pytest -q tests
 
 test-unit: setup

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 
+from crosszone.fastpath import libbpf as bpf
+from crosszone.fastpath.btf import enum_values, struct_layout
+
 pytestmark = [
     pytest.mark.fastpath,
     pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs and maps: needs root"),
 ]
-
-from crosszone.fastpath import libbpf as bpf
-from crosszone.fastpath.btf import enum_values, struct_layout
 
 HERE = Path(__file__).parent
 FIXTURE_C = HERE / "bpf_fixtures" / "libbpf_fixture.c"

@@ -123,7 +123,8 @@ def test_fastpath_bench_replaces_per_core_cost(catalog):
 
 
 def test_fastpath_bench_prefers_the_live_frames_line():
-    restore = '{"scenario": "ipv4_decap_1m_routes", "mode": "test_run_restore_harness", "ns_per_pkt": 90}'
+    restore = ('{"scenario": "ipv4_decap_1m_routes", "mode": "test_run_restore_harness", '
+               '"ns_per_pkt": 90}')
     live = '{"scenario": "ipv4_decap_1m_routes", "mode": "live_frames", "ns_per_pkt": 150}'
     for lines in ([restore, live], [live, restore]):
         assert read_fastpath_bench(lines, "b.jsonl") == {"ipv4_decap_1m_routes": 150.0}
@@ -132,7 +133,7 @@ def test_fastpath_bench_prefers_the_live_frames_line():
 
 def test_fastpath_bench_without_the_scenario(catalog):
     rates = read_fastpath_bench(BENCH_LINES[3:], "bench.jsonl")
-    with pytest.raises(PlanInputError, match="bench.jsonl: scenario 'ipv4_decap_1m_routes'"):
+    with pytest.raises(PlanInputError, match=r"bench\.jsonl: scenario 'ipv4_decap_1m_routes'"):
         apply_fastpath_bench(catalog, rates, "bench.jsonl")
 
 

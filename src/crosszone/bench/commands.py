@@ -328,12 +328,21 @@ def bench_migrate(
     from crosszone.migrate.plan import parse_dwell, parse_steps
 
     _need_root("the emulator creates network namespaces")
+
+    def emit(line: str) -> None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    # a time limit's SIGTERM ends the run like Ctrl-C: the steps done so far are reported
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        run_bench(parse_steps(steps), parse_dwell(dwell), pps, flows,
-                  emit=lambda s: (sys.stdout.write(s + "\n"), sys.stdout.flush()), chart=chart)
+        summary = run_bench(parse_steps(steps), parse_dwell(dwell), pps, flows, emit=emit,
+                            chart=chart)
     finally:
         if down:
             deploy.down(netns.Executor(), log=lambda _m: None)
+    if summary["interrupted"]:
+        raise typer.Exit(130)
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:

@@ -282,12 +282,12 @@ def run(store_kind: str, routes: int, hosts: int, changes: int, compact_hosts: b
             prefix = f"{a >> 24}.{(a >> 16) & 255}.{(a >> 8) & 255}.0/24"
             key = vpc_id.to_bytes(4, "little") + (24).to_bytes(4, "little") + a.to_bytes(4, "big")
             t0 = time.perf_counter()
-            res = client.change_prefixes("p0", add=[prefix])
+            answer = client.change_prefixes("p0", add=[prefix])
             while routes4.lookup(key) is None:
                 time.sleep(0.0002)
             t1 = time.perf_counter()
             lat.append((t1 - t0) * 1000)
-            done.append((t0, int(res["revision"]), t1))
+            done.append((t0, int(answer["revision"]), t1))
         stop.set()
         at.join(5)
         ceiling = _roundtrip(url, changes) if store_kind == "etcd" else []

@@ -127,7 +127,11 @@ def start_probe(p: Plan, ep: Endpoint, node: StorageNode, rate: float, flows: in
                  "--bind", str(bind), "--to", str(to), "--port", str(PROBE_PORT),
                  "--rate", str(rate), "--flows", str(flows), "--duration", str(max_s),
                  "--out", str(out), "--dscp", str(dscp), "--wait-go"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                # out of the terminal's process group: Ctrl-C stops the benchmark, which then
+                # stops the peers with SIGTERM and reads what they recorded (`stop`); `max_s`
+                # bounds a peer whose benchmark died without stopping it
+                start_new_session=True))
         streams[f"to_storage{fam}"] = (workdir / f"compute{fam}.sent",
                                        workdir / f"storage{fam}.recv")
         streams[f"to_compute{fam}"] = (workdir / f"storage{fam}.sent",

@@ -99,18 +99,24 @@ def _migrate(store: SqliteStore, driver: Moves, plan: Plan, log: Callable[[str],
     """One migration to the end (finish included): its final state and its history. A guard
     that rolled it back is a result, not an error: the lines say where and why."""
     e = eng.Engine(store, driver, tick_s=1.0, log=log)
-    e.start(plan)
-    st = e.run(stop=lambda s: s.state in eng.FINAL or s.state in ("shifted", "paused"))
-    if st.state == "shifted":
-        e.apply("finish", reason="bench")
-        # the drain ends when a whole dwell saw no packet on the source gateways; a run whose
-        # source keeps forwarding is rolled back after ten dwells rather than waiting for ever
-        st = e.run(timeout=10 * plan.dwell_s + 30)
-        if st.state == "draining":
-            e.apply("rollback", reason="bench: the source gateways still forwarded after "
-                                       f"{10 * plan.dwell_s + 30:.0f} s of drain")
-    elif st.state == "paused":
-        e.apply("rollback", reason=f"bench: {st.reason}")
+    try:
+        e.start(plan)
+        st = e.run(stop=lambda s: s.state in eng.FINAL or s.state in ("shifted", "paused"))
+        if st.state == "shifted":
+            e.apply("finish", reason="bench")
+            # the drain ends when a whole dwell saw no packet on the source gateways; a run
+            # whose source keeps forwarding is rolled back after ten dwells, not waited for
+            st = e.run(timeout=10 * plan.dwell_s + 30)
+            if st.state == "draining":
+                e.apply("rollback", reason="bench: the source gateways still forwarded after "
+                                           f"{10 * plan.dwell_s + 30:.0f} s of drain")
+        elif st.state == "paused":
+            e.apply("rollback", reason=f"bench: {st.reason}")
+    except KeyboardInterrupt:
+        # Ctrl-C or a time limit's SIGTERM: the steps done so far are reported; the weights stay
+        # where they are (the deployment goes down after, unless --keep)
+        log(f"interrupted in {e.state.state} at {e.state.weight_new}% on the new gateways")
+        return "interrupted", list(e.events)
     return e.state.state, list(e.events)
 
 
@@ -241,11 +247,16 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
     udp = start_probe(p, prod[0], p.storage_nodes[0], pps, flows, workdir,
                       max_s=duration + 120, dscp=spec.priority_dscp)
     result: dict[str, Any] = {}
+    stop_workload = threading.Event()
     wl = threading.Thread(target=lambda: result.setdefault("w", runner.run(
         targets, duration=duration, console=Console(file=open(os.devnull, "w")),  # noqa: SIM115
-        on_progress=on_progress)), daemon=True)
+        on_progress=on_progress, stop=stop_workload)), daemon=True)
     wl.start()
-    time.sleep(3.0)  # the workload's connections are up before anything moves
+    interrupted = False
+    try:
+        time.sleep(3.0)  # the workload's connections are up before anything moves
+    except KeyboardInterrupt:
+        interrupted = True
     store = SqliteStore(str(topology.RUN_DIR / "bench-migrate.db"), poll_s=0.01)
     lines: list[dict[str, Any]] = []
     t_start = time.time()
@@ -257,19 +268,26 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
     # CPUs that ran no real-time thread for a while: what explains a BFD flap
     watch = stack.enter_context(StallWatch())
     try:
-        for pl in plans:
+        for pl in [] if interrupted else plans:
             driver = Moves(dep, log=lambda m: console.print(m))
-            dep.wait_sessions(timeout=60)  # parity refuses a start while a session is down
             try:
+                dep.wait_sessions(timeout=60)  # parity refuses a start while a session is down
                 final, events = _migrate(store, driver, pl, log=lambda m: console.print(m))
+            except KeyboardInterrupt:
+                final, events = "interrupted", []  # before the migration started
             finally:
                 driver.close()
             histories.append((pl, events, driver.moves))
             outcomes.append(f"{pl.source}->{pl.target}: {final}")
             if final != "finished":
+                interrupted = final == "interrupted"
                 break
         total_s = time.time() - t_start
-        wl.join(timeout=duration + 60)
+        if interrupted:
+            stop_workload.set()  # its workers are killed: what they failed is in `errors`
+            wl.join(timeout=30)
+        else:
+            wl.join(timeout=duration + 60)
     finally:
         stack.close()
         sampler.halt.set()
@@ -287,11 +305,14 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
                                f"{pl.source}->{pl.target}", changes, writes):
             lines.append(line)
             emit(json.dumps(line))
-    w = result.get("w")
+    w = None if interrupted else result.get("w")
     total = lost_in(records, interval_ns, flows, 0.0, float("inf"))
     summary = {
-        "summary": True, "migrations": outcomes, **total,
-        "failed_requests": w.errors if w is not None else None,
+        "summary": True, "migrations": outcomes, "interrupted": interrupted, **total,
+        # interrupted: the workers were killed before their results, so the failures their
+        # progress lines reported (the workload's own summary is then null)
+        "failed_requests": w.errors if w is not None
+        else sum(n for _t, n in errors) if interrupted else None,
         "total_s": round(total_s, 1),
         "tcp_resets": _tcp_resets(namespaces) - resets0,
         # where the losses were, steps or not (the step lines cover only the weight moves)

@@ -152,14 +152,15 @@ def run(targets: Targets, duration: float = 15.0, loaders: int = 2,
         console: Console | None = None, warmup: float = 0.0, bulk: bool = True,
         loaders_for: dict[str, int] | None = None,
         small_apart: bool = False,
-        on_progress: Callable[[str, dict[str, Any]], None] | None = None) -> WorkloadResult:
+        on_progress: Callable[[str, dict[str, Any]], None] | None = None,
+        stop: threading.Event | None = None) -> WorkloadResult:
     """Run the workers of every endpoint, show progress, return the merged result.
 
     Small requests of the first `warmup` seconds are untimed; without `bulk`, small requests
     only; `loaders_for`: range readers of some endpoints, by name (a greedy tenant's); with
     `small_apart`, each endpoint's small requests run in a process of their own (ROLES);
     `on_progress` sees every progress line as it arrives (a benchmark attributes errors to time
-    with it)."""
+    with it); setting `stop` ends the run early (workers killed: they give no result)."""
     console = console or Console()
     more = loaders_for or {}
     roles = ["all"] if bulk and not small_apart else (["bulk", "small"] if bulk else ["small"])
@@ -195,7 +196,7 @@ def run(targets: Targets, duration: float = 15.0, loaders: int = 2,
     try:
         with Live(console=console, refresh_per_second=2, transient=True) as live:
             while any(p.poll() is None for p in procs.values()):
-                if time.monotonic() > hard_stop:
+                if time.monotonic() > hard_stop or (stop is not None and stop.is_set()):
                     break
                 with lock:
                     live.update(_live_table(progress, time.monotonic() - start, duration))

@@ -137,8 +137,8 @@ class Reconciler:
                 self.entries[name].pop(k, None)
         for name, m in old.items():
             self.entries.setdefault(name, {}).update(m)
-        puts = [MapOp("put", name, list(m), list(m.values())) for name in MAP_ORDER
-                if (m := old.get(name))]
+        puts = [MapOp("put", name, list(put), list(put.values())) for name in MAP_ORDER
+                if (put := old.get(name))]
         dels = [MapOp("delete", name, [k]) for name in reversed(MAP_ORDER)
                 if name not in ARRAY_MAPS
                 for (n, k), v in before.items() if n == name and v is None]

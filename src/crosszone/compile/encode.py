@@ -36,7 +36,8 @@ from crosszone.compile.tables import (
 )
 from crosszone.intent.hosts import HostSet
 
-Entries = dict[str, dict[bytes, bytes]]
+#: Map name -> its entries: a dict, or a `Records` (the bulk route tables, two buffers).
+Entries = dict[str, MutableMapping[bytes, bytes]]
 
 #: The logical maps of a gateway, in dependency order: each may point at entries of the maps
 #: before it (compile.diff writes in this order and deletes in the reverse one).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from crosszone.abi import layout
 from crosszone.compile.ecmp import rendezvous_buckets
@@ -195,7 +196,18 @@ def rate_fields(rate_mbps: int | None, burst_kib: int) -> tuple[int, int]:
             (burst_kib * 8192 * 1000 + rate_mbps // 2) // rate_mbps)
 
 
-def policy_fields(c: Cluster) -> dict[str, int]:
+class PolicyFields(TypedDict):
+    """The `Tables` fields `policy_fields` fills (passed on as keyword arguments)."""
+
+    flags: int
+    small_dscp: int
+    bulk_dscp: int
+    elephant_bytes: int
+    flowlet_gap_ns: int
+    flow_idle_ns: int
+
+
+def policy_fields(c: Cluster) -> PolicyFields:
     """The config flags and fields of the traffic policy and of the VPCs' rates."""
     p = c.policy
     flags = layout.CZ_CFG_POLICY if p.enabled else 0

@@ -419,13 +419,13 @@ def plan(spec: TopologySpec) -> Plan:
     subnet, subnet6 = spec.storage.subnet, spec.storage.subnet6
     nodes = []
     for j in range(1, spec.storage.nodes + 1):
-        addr = str(subnet.network_address + 10 + j)
-        addr6 = str(subnet6.network_address + 10 + j)
-        node = StorageNode(f"st{j}", f"{PREFIX}st{j}", addr, _mac(0x30, j, 2), addr6)
+        st_addr = str(subnet.network_address + 10 + j)
+        st_addr6 = str(subnet6.network_address + 10 + j)
+        node = StorageNode(f"st{j}", f"{PREFIX}st{j}", st_addr, _mac(0x30, j, 2), st_addr6)
         nodes.append(node)
-        links.append(Link(node.ns, "eth0", node.mac, f"{addr}/{subnet.prefixlen}",
+        links.append(Link(node.ns, "eth0", node.mac, f"{st_addr}/{subnet.prefixlen}",
                           sr, f"st{j}", _mac(0x30, j, 1), None, inner_mtu,
-                          a_addr6=f"{addr6}/{subnet6.prefixlen}"))
+                          a_addr6=f"{st_addr6}/{subnet6.prefixlen}"))
     return Plan(
         spec=spec, hosts=tuple(hosts), gateways=tuple(gateways), storage_nodes=tuple(nodes),
         links=tuple(links), compute_router_ns=cr, storage_router_ns=sr,

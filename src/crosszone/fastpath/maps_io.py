@@ -143,7 +143,7 @@ class GatewayMaps:
         total = L.CzPolicyCounter()
         for raw in self._percpu("policy_stats", vpc_id):
             c = L.CzPolicyCounter.from_buffer_copy(raw[: ctypes.sizeof(L.CzPolicyCounter)])
-            for f, _ in L.CzPolicyCounter._fields_:
+            for f, *_ in L.CzPolicyCounter._fields_:
                 setattr(total, f, getattr(total, f) + getattr(c, f))
         return total
 

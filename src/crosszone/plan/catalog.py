@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Annotated, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -59,6 +59,10 @@ class _PlatformBase(BaseModel):
     price_usd: Annotated[float, Field(ge=0)]
     tables: TableLimits
     sources: dict[str, Annotated[str, Field(min_length=1)]]
+    if TYPE_CHECKING:
+        # Each subclass declares its own Literal tag (the union's discriminator); declared here
+        # for the type checker only, so that pydantic's fields and their order stay as they are.
+        model: str
 
     # Fields that are figures (numbers someone measured or quoted) and so need a source.
     _FIGURES: ClassVar[tuple[str, ...]] = ("rack_u", "power_w", "price_usd", "tables")

@@ -43,7 +43,7 @@ def plan_chart(plan: CapacityPlan, stem: Path) -> tuple[Path, Path]:
     """Bars per platform: devices, rack units, power and hardware cost for the planned demand."""
     names = [p.name for p in plan.platforms]
     colours = [_COLOURS[i % len(_COLOURS)] for i in range(len(names))]
-    panels = (
+    panels: tuple[tuple[str, list[float], str], ...] = (
         ("devices", [p.devices for p in plan.platforms], "{:.0f}"),
         ("rack units", [p.rack_u for p in plan.platforms], "{:.0f} U"),
         ("power (kW)", [p.power_w / 1000 for p in plan.platforms], "{:.1f}"),

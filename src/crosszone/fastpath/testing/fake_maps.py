@@ -197,7 +197,7 @@ class FakeMap:
                 self._store(kb[i * ks:(i + 1) * ks], vb[i * vs:(i + 1) * vs], flags,
                             "bpf_map_update_batch")
             except BpfError as e:
-                raise BpfError(e.errno, "bpf_map_update_batch", self.name,
+                raise BpfError(e.errno or errno.EIO, "bpf_map_update_batch", self.name,
                                f"entry #{i} of {n}") from None
         return n
 

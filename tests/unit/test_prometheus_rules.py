@@ -9,6 +9,9 @@ import json
 import os
 import re
 import subprocess
+import threading
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -252,3 +255,40 @@ def test_a_real_prometheus_records_the_rates(tmp_path: Path) -> None:
     assert not prometheus.directory(tmp_path).exists()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_a_started_routing_collector_never_makes_a_scrape_wait() -> None:
+    """Started, the collector reads in its own thread: a scrape while vtysh hangs answers at
+    once with the last reading (and its age); once that is older than max_age, the families go
+    missing instead of going stale."""
+    gate = threading.Event()
+    calls: list[float] = []
+
+    def run(argv: Sequence[str]) -> str | None:
+        calls.append(time.monotonic())
+        if len(calls) > 3:  # the second reading hangs, as vtysh does under load
+            gate.wait(10)
+        return _fake_run(argv)
+
+    c = RoutingCollector(["vtysh"], "czemu-gw", run=run, every=0.05, max_age=0.6)
+    reg = CollectorRegistry()
+    reg.register(c)
+    c.start()
+    try:
+        deadline = time.monotonic() + 5
+        while len(calls) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(calls) >= 4, "the reader did not come back for a second reading"
+        t0 = time.monotonic()
+        text = generate_latest(reg).decode()
+        assert time.monotonic() - t0 < 0.2  # served from the first reading, not waited for
+        assert 'crosszone_bgp_session_up{peer="10.2.1.1",state="Established"} 1.0' in text
+        assert "crosszone_routing_read_age_seconds" in text
+        time.sleep(0.8)  # the hung reading outlives max_age
+        text = generate_latest(reg).decode()
+        assert "crosszone_bgp_session_up" not in text, "a stale reading was served"
+        assert "crosszone_fastpath_attached" not in text
+    finally:
+        gate.set()
+        c.stop()
+    assert c._thread is not None and not c._thread.is_alive()

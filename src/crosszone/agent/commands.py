@@ -59,8 +59,10 @@ def agent_cmd(
     agent = Agent(gateway, st, sink, ifindex_in(netns or None),
                   state_file=state_file or default_state_file(pins), read_actual=sink.read)
     fastpath_hooks(agent, maps)
-    agent.metrics.registry.register(RoutingCollector(
-        ["vtysh", "--vty_socket", str(frr_vty)] if frr_vty else None, netns or None))
+    routing = RoutingCollector(["vtysh", "--vty_socket", str(frr_vty)] if frr_vty else None,
+                               netns or None)
+    routing.start()  # read in its own thread: a scrape never waits for vtysh
+    agent.metrics.registry.register(routing)
     if metrics:
         host, _, port = metrics.rpartition(":")
         start_http_server(int(port), addr=host or "127.0.0.1", registry=agent.metrics.registry)

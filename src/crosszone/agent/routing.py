@@ -8,12 +8,21 @@ the fast path attached to its interfaces. Read at scrape time, exported as Prome
 BGP and BFD come from FRR through `vtysh ... json` (the agent runs beside the routing daemons,
 not inside them); the attachment from `ip -j link show` in the gateway's namespace. A command
 that fails or answers nonsense yields no samples for its family, never a stale or made-up one.
+
+The agent reads them in a thread of their own (`RoutingCollector.start`), never in a scrape:
+three commands, each waiting for a process to start and for bgpd or bfdd to answer, took
+seconds on a loaded box (py-spy on an agent whose /metrics missed a 3 s deadline during
+`bench migrate`: every sample in `subprocess.run` under `RoutingCollector.collect`), and the
+metrics endpoint must answer at once: it is how the migration guard and Prometheus know the
+agent lives. A scrape serves the last reading while it is younger than `max_age`, and exports
+its age (`crosszone_routing_read_age_seconds`).
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -77,31 +86,74 @@ def xdp_devices(links_json: str | None) -> dict[str, bool] | None:
 
 
 class RoutingCollector(Collector):
-    """Reads FRR and the links at scrape time, at most once per `every` seconds. vtysh: the
-    argv prefix that reaches the gateway's FRR (None: no FRR to ask); netns: the gateway's
-    namespace (None: this one).
+    """Reads FRR and the links at most once per `every` seconds. vtysh: the argv prefix that
+    reaches the gateway's FRR (None: no FRR to ask); netns: the gateway's namespace (None: this
+    one).
 
-    Why the cache: one vtysh call costs about 30 ms of CPU here, and Prometheus scrapes every
+    Started (`start`), a thread reads every `every` seconds and a scrape only serves the last
+    reading, none once it is older than `max_age` (a reader stuck that long is itself news: the
+    families go missing). Not started (tests, one-shot use), a scrape reads when the last
+    reading is `every` seconds old.
+
+    Why `every`: one vtysh call costs about 30 ms of CPU here, and Prometheus scrapes every
     second; reading at most every 3 s keeps an agent's share of a core near 2 % instead of 6 %,
     while a session going down still shows within a few seconds."""
 
     def __init__(self, vtysh: Sequence[str] | None, netns: str | None,
                  run: Run = run_command, every: float = 3.0,
-                 now: Callable[[], float] = time.monotonic) -> None:
+                 now: Callable[[], float] = time.monotonic,
+                 max_age: float | None = None) -> None:
         self.vtysh = list(vtysh) if vtysh else None
         self.netns = netns
         self.run = run
         self.every, self.now = every, now
+        self.max_age = 4 * every if max_age is None else max_age
         self._cached: tuple[float, dict[str, dict[str, Any] | None]] | None = None
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._halt = threading.Event()
+
+    def start(self) -> None:
+        """Read now, then every `every` seconds in a daemon thread."""
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, name="routing-reader", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End the reading thread (after the read under way, if any)."""
+        self._halt.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._halt.is_set():
+            snap = self._read()
+            with self._lock:
+                self._cached = (self.now(), snap)
+            self._halt.wait(self.every)
 
     def snapshot(self) -> dict[str, dict[str, Any] | None]:
         """{"bgp": peer -> state, "bfd": peer -> status, "xdp": device -> attached}."""
         t = self.now()
-        if self._cached is not None and t - self._cached[0] < self.every:
-            return self._cached[1]
+        with self._lock:
+            cached = self._cached
+        if self._thread is not None:
+            if cached is None or t - cached[0] > self.max_age:
+                return {"bgp": None, "bfd": None, "xdp": None}
+            return cached[1]
+        if cached is not None and t - cached[0] < self.every:
+            return cached[1]
         snap = self._read()
-        self._cached = (t, snap)
+        with self._lock:
+            self._cached = (t, snap)
         return snap
+
+    def age(self) -> float | None:
+        """Seconds since the last reading (None before the first)."""
+        with self._lock:
+            cached = self._cached
+        return None if cached is None else max(0.0, self.now() - cached[0])
 
     def _read(self) -> dict[str, dict[str, Any] | None]:
         bgp = bfd = None
@@ -131,4 +183,10 @@ class RoutingCollector(Collector):
                                   "attached to the device", labels=["device"])
             for dev, on in sorted(snap["xdp"].items()):
                 g.add_metric([dev], 1.0 if on else 0.0)
+            yield g
+        age = self.age()
+        if age is not None and any(v is not None for v in snap.values()):
+            g = GaugeMetricFamily("crosszone_routing_read_age_seconds", "Seconds since BGP, "
+                                  "BFD and the XDP attachment were last read")
+            g.add_metric([], round(age, 3))
             yield g

@@ -83,9 +83,11 @@ $(BUILD)/%.o: $(BPF_SRC)/%.c $(BPF_HDRS) Makefile
 	@mkdir -p $(BUILD)
 	clang $(BPF_CFLAGS) -c $< -o $@
 
-# ruff's rules are in pyproject.toml; a finding fails the run before any test starts
+# ruff's rules and mypy's settings are in pyproject.toml; a finding fails the run before any
+# test starts
 lint: setup
 	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/mypy src
 
 test: build lint
 	$(PY) -m pytest -q tests

@@ -203,6 +203,70 @@ def _router_debug(p: Any, on: bool) -> None:
                 continue
 
 
+def _plans(canary: str, steps: tuple[int, ...], dwell_s: float, latency_factor: float
+           ) -> list[Plan]:
+    """legacy -> crosszone, then back, with `canary` as the canary VPC."""
+    limits = {k: v[0] for k, v in GUARD_DOCS.items()} | {
+        "canary_errors": 0.0, "canary_latency_factor": latency_factor,
+        "small_p99_factor": latency_factor}
+    return [Plan(source=a, target=b, canary=canary, steps=steps, dwell_s=dwell_s,
+                 canary_dwell_s=dwell_s, limits=limits)
+            for a, b in (("legacy", "crosszone"), ("crosszone", "legacy"))]
+
+
+def _production_targets(p: Any, canary: str) -> Targets:
+    """The workload's targets on every endpoint outside the canary VPC."""
+    prod = {e.ns for e in p.endpoints if e.vpc.name != canary}
+    full = workload_targets(p)
+    return Targets(endpoints=tuple(w for w in full.endpoints if w.ns in prod),
+                   servers=full.servers, shards=full.shards,
+                   shard_size_mib=full.shard_size_mib, checkpoint_max_mib=full.checkpoint_max_mib)
+
+
+class _Errors:
+    """Failed requests by the time the workload's progress lines reported them."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, int]] = []
+        self._last: dict[str, int] = {}
+
+    def on_progress(self, name: str, doc: dict[str, Any]) -> None:
+        """runner.run's on_progress: the growth of a worker's error count, timed."""
+        n = int(doc.get("errors", 0))
+        if n > self._last.get(name, 0):
+            self.seen.append((time.time(), n - self._last.get(name, 0)))
+        self._last[name] = n
+
+
+@dataclass
+class _Migrations:
+    """What the migrations left: per migration its plan, engine events and weight moves."""
+
+    histories: list[tuple[Plan, list[dict[str, Any]], list[dict[str, float]]]] = field(
+        default_factory=list)
+    outcomes: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+
+def _run_migrations(store: SqliteStore, dep: Any, plans: list[Plan], console: Console,
+                    out: _Migrations) -> None:
+    """Each migration in turn until one does not finish (filled into `out` as they go)."""
+    for pl in plans:
+        driver = Moves(dep, log=lambda m: console.print(m))
+        try:
+            dep.wait_sessions(timeout=60)  # parity refuses a start while a session is down
+            final, events = _migrate(store, driver, pl, log=lambda m: console.print(m))
+        except KeyboardInterrupt:
+            final, events = "interrupted", []  # before the migration started
+        finally:
+            driver.close()
+        out.histories.append((pl, events, driver.moves))
+        out.outcomes.append(f"{pl.source}->{pl.target}: {final}")
+        if final != "finished":
+            out.interrupted = final == "interrupted"
+            return
+
+
 def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
               emit: Callable[[str], None], topology_file: Path = TOPOLOGY,
               latency_factor: float = 10.0, chart: Path | None = None) -> dict[str, Any]:
@@ -218,30 +282,14 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
     p = dep.plan
     _router_debug(p, True)
     canary = spec.vpcs[-1].name
-    limits = {k: v[0] for k, v in GUARD_DOCS.items()} | {
-        "canary_errors": 0.0, "canary_latency_factor": latency_factor,
-        "small_p99_factor": latency_factor}
-    plans = [Plan(source=a, target=b, canary=canary, steps=steps, dwell_s=dwell_s,
-                  canary_dwell_s=dwell_s, limits=limits)
-             for a, b in (("legacy", "crosszone"), ("crosszone", "legacy"))]
+    plans = _plans(canary, steps, dwell_s, latency_factor)
+    targets = _production_targets(p, canary)
     prod = [e for e in p.endpoints if e.vpc.name != canary]
-    full = workload_targets(p)
-    targets = Targets(endpoints=tuple(w for w in full.endpoints
-                                      if any(w.ns == e.ns for e in prod)),
-                      servers=full.servers, shards=full.shards,
-                      shard_size_mib=full.shard_size_mib,
-                      checkpoint_max_mib=full.checkpoint_max_mib)
     namespaces = [e.ns for e in prod] + [n.ns for n in p.storage_nodes]
     resets0 = _tcp_resets(namespaces)
-    errors: list[tuple[float, int]] = []
-    last: dict[str, int] = {}
+    errors = _Errors()
 
-    def on_progress(name: str, doc: dict[str, Any]) -> None:
-        n = int(doc.get("errors", 0))
-        if n > last.get(name, 0):
-            errors.append((time.time(), n - last.get(name, 0)))
-        last[name] = n
-
+    # ---- run: the probe, the workload, the stall watch, the migrations
     duration = sum(_estimate_s(pl) for pl in plans) + 15
     workdir = Path(tempfile.mkdtemp(prefix="czmigrate-probe-"))
     udp = start_probe(p, prod[0], p.storage_nodes[0], pps, flows, workdir,
@@ -250,40 +298,25 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
     stop_workload = threading.Event()
     wl = threading.Thread(target=lambda: result.setdefault("w", runner.run(
         targets, duration=duration, console=Console(file=open(os.devnull, "w")),  # noqa: SIM115
-        on_progress=on_progress, stop=stop_workload)), daemon=True)
+        on_progress=errors.on_progress, stop=stop_workload)), daemon=True)
     wl.start()
-    interrupted = False
+    done = _Migrations()
     try:
         time.sleep(3.0)  # the workload's connections are up before anything moves
     except KeyboardInterrupt:
-        interrupted = True
+        done.interrupted = True
     store = SqliteStore(str(topology.RUN_DIR / "bench-migrate.db"), poll_s=0.01)
-    lines: list[dict[str, Any]] = []
     t_start = time.time()
-    histories = []
-    outcomes: list[str] = []
     sampler = Sampler(dep)
     sampler.start()
     stack = contextlib.ExitStack()
     # CPUs that ran no real-time thread for a while: what explains a BFD flap
     watch = stack.enter_context(StallWatch())
     try:
-        for pl in [] if interrupted else plans:
-            driver = Moves(dep, log=lambda m: console.print(m))
-            try:
-                dep.wait_sessions(timeout=60)  # parity refuses a start while a session is down
-                final, events = _migrate(store, driver, pl, log=lambda m: console.print(m))
-            except KeyboardInterrupt:
-                final, events = "interrupted", []  # before the migration started
-            finally:
-                driver.close()
-            histories.append((pl, events, driver.moves))
-            outcomes.append(f"{pl.source}->{pl.target}: {final}")
-            if final != "finished":
-                interrupted = final == "interrupted"
-                break
+        if not done.interrupted:
+            _run_migrations(store, dep, plans, console, done)
         total_s = time.time() - t_start
-        if interrupted:
+        if done.interrupted:
             stop_workload.set()  # its workers are killed: what they failed is in `errors`
             wl.join(timeout=30)
         else:
@@ -296,33 +329,35 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
         routers = [p.compute_router_ns, p.storage_router_ns]
         changes, writes = update_log.read_times(routers)
         _router_debug(p, False)
+
+    # ---- report: the chart, a line per step, the summary
     if chart is not None:
         draw(sampler.rows, [(m["t"], f"{pl.source}->{pl.target}", int(m["weight_new"]))
-                            for pl, _e, moves in histories for m in moves], t_start, chart)
+                            for pl, _e, moves in done.histories for m in moves], t_start, chart)
     interval_ns = int(1e9 / pps)
-    for pl, events, moves in histories:
-        for line in step_lines(events, moves, records, interval_ns, flows, errors,
+    lines: list[dict[str, Any]] = []
+    for pl, events, moves in done.histories:
+        for line in step_lines(events, moves, records, interval_ns, flows, errors.seen,
                                f"{pl.source}->{pl.target}", changes, writes):
             lines.append(line)
             emit(json.dumps(line))
-    w = None if interrupted else result.get("w")
+    w = None if done.interrupted else result.get("w")
     total = lost_in(records, interval_ns, flows, 0.0, float("inf"))
+    after = [x["after_update_ms"] for x in lines if x["after_update_ms"] is not None]
     summary = {
-        "summary": True, "migrations": outcomes, "interrupted": interrupted, **total,
+        "summary": True, "migrations": done.outcomes, "interrupted": done.interrupted, **total,
         # interrupted: the workers were killed before their results, so the failures their
         # progress lines reported (the workload's own summary is then null)
         "failed_requests": w.errors if w is not None
-        else sum(n for _t, n in errors) if interrupted else None,
+        else sum(n for _t, n in errors.seen) if done.interrupted else None,
         "total_s": round(total_s, 1),
         "tcp_resets": _tcp_resets(namespaces) - resets0,
         # where the losses were, steps or not (the step lines cover only the weight moves)
         "lost_by_second": loss_seconds(records, t_start),
         "converge_ms_max": max((x["converge_ms"] or 0) for x in lines) if lines else None,
         # the routers' share: from the last changed route they received to the last kernel write
-        "after_update_ms_max": max((x["after_update_ms"] or 0) for x in lines) if lines else None,
-        "after_update_ms_median": statistics.median(
-            x["after_update_ms"] for x in lines if x["after_update_ms"] is not None)
-        if any(x["after_update_ms"] is not None for x in lines) else None,
+        "after_update_ms_max": max(after) if after else None,
+        "after_update_ms_median": statistics.median(after) if after else None,
         # [cpu, ended (s after the start), for ms] of every stall of 50 ms or more
         "cpu_stalls": [[x.cpu, round(x.end_ns / 1e9 - t_start, 2), round(x.gap_ms, 1)]
                        for x in watch.stalls if x.gap_ms >= STALL_REPORT_MS],

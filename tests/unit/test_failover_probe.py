@@ -250,3 +250,16 @@ def test_facing_address_maps_the_endpoint_into_its_vpc_facing_prefix() -> None:
     assert failover.facing_address(ep, 4) == "100.64" + ep.addr.removeprefix("192.168")
     assert failover.facing_address(ep, 6).startswith("fd64:a::")
     assert failover.facing_address(ep, 6).split("::")[1] == ep.addr6.split("::")[1]
+
+
+def test_peers_left_running_by_a_failing_block_are_killed() -> None:
+    """Probe peers run outside the caller's process group (Ctrl-C must not kill them before
+    their records are saved), so a block that raises before `stop` must end them itself."""
+    procs = [subprocess.Popen(["sleep", "60"], text=True, start_new_session=True)
+             for _ in range(2)]
+    with pytest.raises(RuntimeError, match="a switch failed"), \
+            failover.Probe(procs, {}, 1.0) as probe:
+        assert all(p.poll() is None for p in probe.procs)
+        raise RuntimeError("a switch failed")
+    assert all(p.poll() is not None for p in procs)
+

@@ -90,6 +90,15 @@ class Probe:
             proc.stdin.write("go\n")
             proc.stdin.flush()
 
+    def __enter__(self) -> Probe:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Peers still running when the block ends (it raised before `stop`) are killed: they
+        run outside the caller's process group, so nothing else would end them early."""
+        if any(proc.poll() is None for proc in self.procs):
+            self.kill()
+
     def kill(self) -> None:
         """Stop every peer at once, saving nothing."""
         for proc in self.procs:
@@ -296,9 +305,9 @@ class Bench:
         tails = [LogTail(ns) for ns in self._route_namespaces()]
         workdir = Path(tempfile.mkdtemp(prefix="czfailover-"))
         try:
-            with StallWatch() as watch, watch_routes(self._route_namespaces()) as monitors:
-                probe = start_probe(p, p.endpoints[0], p.storage_nodes[0], self.rate,
-                                    self.flows, workdir)
+            with StallWatch() as watch, watch_routes(self._route_namespaces()) as monitors, \
+                    start_probe(p, p.endpoints[0], p.storage_nodes[0], self.rate, self.flows,
+                                workdir) as probe:
                 time.sleep(self.settle_s)
                 t_fail = time.time_ns()
                 dep.ex.apply(ev.inject)
@@ -406,30 +415,30 @@ def run_switches(b: Bench, count: int, targets: tuple[str, ...], emit: Emit,
     flapped: list[int] = []
     with StallWatch() as watch:
         try:
-            probe = start_probe(p, p.endpoints[0], p.storage_nodes[0], b.rate, b.flows, workdir,
-                                max_s=count * 60.0)
-            time.sleep(b.settle_s)
-            t0 = time.time_ns()
-            interrupted = False
-            try:
-                for n in range(count):
-                    seen = sum(len(session_downs(t.read())) for t in tails)
-                    start = time.monotonic()
-                    res = subprocess.run(
-                        [*cli, "emulate", "switch", "--to", targets[n % len(targets)]],
-                        capture_output=True, text=True, check=False)
-                    took.append(time.monotonic() - start)
-                    if res.returncode != 0:
-                        raise RuntimeError(f"switch {n} failed: {res.stderr.strip()[-500:]}")
-                    if sum(len(session_downs(t.read())) for t in tails) > seen:
-                        flapped.append(n)
-                    if step:
-                        step(f"switch {n + 1}/{count}: {len(flapped)} with a session down")
-            except KeyboardInterrupt:
-                # stopped (Ctrl-C, or SIGTERM from a time limit): report the switches done so far
-                interrupted = True
-            time.sleep(b.settle_s)
-            streams = probe.stop()
+            with start_probe(p, p.endpoints[0], p.storage_nodes[0], b.rate, b.flows, workdir,
+                             max_s=count * 60.0) as probe:
+                time.sleep(b.settle_s)
+                t0 = time.time_ns()
+                interrupted = False
+                try:
+                    for n in range(count):
+                        seen = sum(len(session_downs(t.read())) for t in tails)
+                        start = time.monotonic()
+                        res = subprocess.run(
+                            [*cli, "emulate", "switch", "--to", targets[n % len(targets)]],
+                            capture_output=True, text=True, check=False)
+                        took.append(time.monotonic() - start)
+                        if res.returncode != 0:
+                            raise RuntimeError(f"switch {n} failed: {res.stderr.strip()[-500:]}")
+                        if sum(len(session_downs(t.read())) for t in tails) > seen:
+                            flapped.append(n)
+                        if step:
+                            step(f"switch {n + 1}/{count}: {len(flapped)} with a session down")
+                except KeyboardInterrupt:
+                    # stopped (Ctrl-C, or SIGTERM from a time limit): report the switches so far
+                    interrupted = True
+                time.sleep(b.settle_s)
+                streams = probe.stop()
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
     downs = [d for t in tails for d in session_downs(t.read())]

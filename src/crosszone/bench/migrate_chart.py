@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt
 
 from crosszone.emulate.deploy import Deployment
 from crosszone.emulate.migration import forwarded_packets
+from crosszone.linux.netns import CommandFailed
 
 COLOURS = {"legacy": "#8c8c8c", "crosszone": "#1f77b4"}
 
@@ -31,6 +32,7 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.dep, self.period_s = dep, period_s
         self.rows: list[dict[str, Any]] = []
+        self.missed = 0  # samples whose read failed
         self.halt = threading.Event()
 
     def _counts(self) -> dict[str, int]:
@@ -40,13 +42,23 @@ class Sampler(threading.Thread):
         return out
 
     def run(self) -> None:
-        """Sample until halt is set."""
-        prev, tprev = self._counts(), time.time()
-        while not self.halt.wait(self.period_s):
-            now, t = self._counts(), time.time()
-            self.rows.append({"t": t, **{k: (now[k] - prev.get(k, 0)) / (t - tprev)
-                                         for k in now}})
-            prev, tprev = now, t
+        """Sample until halt is set. A read that fails is a missing sample, not the end of the
+        chart: a kernel gateway's counters come from an `nft` child, which Ctrl-C's SIGINT
+        reaches too (the process group's), and the next sample spans the gap."""
+        prev: dict[str, int] | None = None
+        tprev = 0.0
+        while True:
+            try:
+                now, t = self._counts(), time.time()
+            except (CommandFailed, OSError, ValueError):
+                self.missed += 1
+            else:
+                if prev is not None:
+                    self.rows.append({"t": t, **{k: (now[k] - prev.get(k, 0)) / (t - tprev)
+                                                 for k in now}})
+                prev, tprev = now, t
+            if self.halt.wait(self.period_s):
+                return
 
 
 def draw(rows: list[dict[str, Any]], moves: list[tuple[float, str, int]], t0: float,

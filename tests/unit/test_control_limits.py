@@ -227,3 +227,28 @@ def test_controller_serves_https_with_a_token_file(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.mark.parametrize("open_reads", [True, False])
+def test_a_read_with_a_body_is_refused_unread(ctl: Controller, open_reads: bool) -> None:
+    """Issue 26, point 1: an open read (/healthz always, every read with open reads) carrying
+    a body was answered 200 after the guard had buffered the body (three 60 MB GETs: +281 MB).
+    A read takes no body: refused from the headers, nothing pulled."""
+    app = create_app(ctl, TOKEN, open_reads=open_reads)
+    paths = ["/healthz", "/dashboard"] + (["/v1/status", "/v1/intent"] if open_reads else [])
+    for method in ("GET", "HEAD", "OPTIONS"):
+        for path in paths:
+            for headers in ({}, {"Content-Length": str(60 << 20)}):  # chunked, then declared
+                body = Counted(60 << 20)
+                r = _call(app, method, path, content=body, headers=headers)
+                assert r.status_code == 413, (method, path, headers, r.status_code)
+                assert body.sent == 0, (method, path, headers, body.sent)
+                if method != "HEAD":
+                    assert "takes no body" in r.json()["detail"]
+    # authenticated reads take no body either; a read without one is served as before
+    body = Counted(1 << 20)
+    assert _call(app, "GET", "/v1/status", content=body, headers=AUTH).status_code == 413
+    assert body.sent == 0
+    assert _call(app, "GET", "/healthz").status_code == 200
+    assert _call(app, "GET", "/healthz", headers={"Content-Length": "0"}).status_code == 200
+    assert _call(app, "GET", "/v1/status", headers=AUTH).status_code == 200

@@ -20,7 +20,8 @@ read but /healthz and the dashboard's page and assets (which hold no data) needs
 
 Limits (docs/control.md): the token is checked and the body size bounded by `RequestGuard`, an
 ASGI layer in front of FastAPI, before a byte of the body is read, so an unauthenticated or
-oversized request costs neither memory nor parsing. Validation, compilation and JSON parsing of
+oversized request, or a read carrying a body (refused: reads take none), costs neither memory
+nor parsing. Validation, compilation and JSON parsing of
 a request run in a worker thread, so a big apply never stalls /healthz or the reads. /docs and
 /redoc are off: FastAPI's pages load their scripts from a public CDN, and no page served here
 may reference another host; /openapi.json is the API's description.
@@ -79,9 +80,10 @@ def bearer_ok(authorization: str, token: str) -> bool:
 
 
 class RequestGuard:
-    """ASGI layer: 401 for a write without the token, 413 for a body above max_body, both
-    answered before the body is read; the accepted body is read here (at most max_body bytes)
-    and replayed to the application."""
+    """ASGI layer: 401 for a write without the token, 413 for a body above max_body and for
+    any body on a read (GET, HEAD, OPTIONS), all answered before the body is read; the
+    accepted body of a write is read here (at most max_body bytes) and replayed to the
+    application."""
 
     def __init__(self, app: Asgi, token: str, max_body: int, open_reads: bool = True) -> None:
         self.app, self.token, self.max_body = app, token, max_body
@@ -108,6 +110,14 @@ class RequestGuard:
                           {"www-authenticate": "Bearer"})
             return
         length = headers.get("content-length")
+        if scope["method"] in READ_METHODS:
+            # A read takes no body: one declared (a length above 0, or chunked) is refused
+            # from the headers, and nothing is read, so an open read costs only its headers.
+            if "transfer-encoding" in headers or (length is not None and length != "0"):
+                await _refuse(send, 413, f"a {scope['method']} request takes no body")
+                return
+            await self.app(scope, receive, send)
+            return
         if length is not None and (not length.isdigit() or int(length) > self.max_body):
             await _refuse(send, 413, f"request body above {self.max_body} bytes (--max-body)")
             return

@@ -60,7 +60,36 @@ def test_redundancy_adds_spares_and_reports_degraded_utilisation(catalog):
     assert x86.devices == 24 and x86.spares == 2
     assert x86.utilisation == pytest.approx(1000 / (24 * 50))
     assert x86.utilisation_degraded == pytest.approx(1000 / (22 * 50))
-    assert x86.cost == 24 * 15000 and x86.rack_u == 24
+    assert x86.cost == 24 * 227273 and x86.rack_u == 24
+
+
+def test_cost_ratio_of_the_2tbps_tiers(catalog):
+    """The seed case's 44 x86 gateways cost over 10M CNY; against them, the offload tier's share.
+
+    The x86 price is the case's own figure (10M CNY / 44), so the baseline tier costs just over
+    10M CNY; the offload price is an estimate, and -94.2 % is what it gives against the case's
+    -95 % (which would need at most 250,000 CNY per offload device).
+    """
+    plan = plan_capacity(catalog, 2000)
+    assert plan.currency == "CNY" and plan.cost_baseline == "x86-software"
+    x86 = next(p for p in plan.platforms if p.name == "x86-software")
+    tofino = next(p for p in plan.platforms if p.name == "tofino-offload")
+    assert x86.devices == 44 and 10_000_000 <= x86.cost < 10_000_100
+    assert "10M CNY" in x86.sources["price"]
+    assert tofino.sources["price"].startswith("estimate")
+    assert plan.cost_ratio(tofino) == pytest.approx(2 * 288000 / x86.cost)
+    assert plan.cost_ratio(x86) == 1.0
+    out = plan.to_json()
+    assert out["currency"] == "CNY" and out["cost_baseline"] == "x86-software"
+    by_name = {p["name"]: p for p in out["platforms"]}
+    assert by_name["tofino-offload"]["cost_vs_baseline"] == pytest.approx(0.0576, abs=1e-4)
+
+
+def test_no_cost_baseline_no_ratio(catalog):
+    plan = plan_capacity(catalog.model_copy(update={"cost_baseline": None}), 2000)
+    assert plan.baseline() is None
+    assert all(plan.cost_ratio(p) is None for p in plan.platforms)
+    assert all(p["cost_vs_baseline"] is None for p in plan.to_json()["platforms"])
 
 
 def test_zero_headroom(catalog):

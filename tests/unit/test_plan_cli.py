@@ -45,6 +45,29 @@ def test_plan_json_published_figures(app):
         assert "crosszone-xdp" in by_name
 
 
+def test_plan_prints_the_cost_ratio_with_its_sources(app):
+    """`plan --demand 2Tbps`: the seed case's comparison, 44 x86 against 2 offload gateways."""
+    result = run(app, "plan", "--demand", "2Tbps", "--catalog", CATALOG)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert (
+        "Hardware cost against x86-software for 2,000 Gbps: 44 x 227,273 = 10,000,012 CNY" in lines
+    )
+    assert "  tofino-offload: 2 x 288,000 = 576,000 CNY, 5.8% of it (-94.2%)" in lines
+    sources = lines[lines.index("Price sources:") + 1 :]
+    assert sources[0].startswith("  x86-software: the seed case: 44 x86 gateways")
+    assert "10M CNY" in sources[0]
+    assert sources[1].startswith("  tofino-offload: estimate, no quote")
+
+
+def test_plan_without_cost_baseline_prints_no_ratio(app, tmp_path):
+    cat = tmp_path / "cat.yaml"
+    cat.write_text(Path(CATALOG).read_text().replace("cost_baseline: x86-software\n", ""))
+    result = run(app, "plan", "--demand", "2Tbps", "--catalog", str(cat))
+    assert result.exit_code == 0, result.output
+    assert "Hardware cost against" not in result.output
+
+
 def test_plan_table_tables_and_chart(app, tmp_path):
     result = run(
         app,

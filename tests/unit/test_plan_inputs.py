@@ -155,6 +155,8 @@ def test_unknown_key():
         (("gbps_per_device",), -50),
         (("gbps_per_device",), "fast"),
         (("power_w",), -1),
+        (("price",), -1),
+        (("price",), "cheap"),
         (("tables", "routes"), -5),
         (("model",), "quantum"),
     ],
@@ -169,11 +171,62 @@ def test_wrong_values(path, value):
     assert err.source == "cat.yaml" and err.field.startswith("platforms[0] (x86-software)")
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        (
+            "currency",
+            "RMB1",
+            "cat.yaml: currency: expected an ISO 4217 code such as CNY or USD, got 'RMB1'",
+        ),
+        (
+            "currency",
+            "cny",
+            "cat.yaml: currency: expected an ISO 4217 code such as CNY or USD, got 'cny'",
+        ),
+        ("currency", 156, "cat.yaml: currency: Input should be a valid string"),
+        ("currency", None, "cat.yaml: currency: Input should be a valid string"),
+        (
+            "cost_baseline",
+            "x86",
+            "cat.yaml: cost_baseline: no platform named 'x86' (platforms: "
+            "x86-software, tofino-offload, crosszone-xdp)",
+        ),
+        ("cost_baseline", 1, "cat.yaml: cost_baseline: Input should be a valid string"),
+        (
+            "cost_baseline",
+            ["x86-software"],
+            "cat.yaml: cost_baseline: Input should be a valid string",
+        ),
+        ("currency_rate", 7.2, "cat.yaml: currency_rate: unknown field"),
+    ],
+)
+def test_bad_currency_and_cost_baseline(key, value, message):
+    raw = _raw()
+    raw[key] = value
+    assert str(_error(raw)) == message
+
+
+def test_currency_is_required_and_price_usd_is_gone():
+    raw = _raw()
+    del raw["currency"]
+    assert str(_error(raw)) == "cat.yaml: currency: required field is missing"
+    raw = _raw()
+    raw["platforms"][0]["price_usd"] = raw["platforms"][0].pop("price")
+    # The old key is refused (no `price`) rather than read as a price in an unknown currency.
+    assert (
+        str(_error(raw)) == "cat.yaml: platforms[0] (x86-software).price: required field is missing"
+    )
+    del raw["platforms"][0]["price_usd"]
+    raw["platforms"][0]["price"] = "227273 CNY"
+    assert _error(raw).field == "platforms[0] (x86-software).price"
+
+
 def test_duplicate_names_and_empty_catalog():
     raw = _raw()
     raw["platforms"][1]["name"] = "x86-software"
     assert "twice" in str(_error(raw))
-    assert "platforms" in str(_error({"platforms": []}))
+    assert "platforms" in str(_error({"currency": "CNY", "platforms": []}))
     with pytest.raises(PlanInputError, match="mapping"):
         load_catalog("- 1\n- 2\n", "cat.yaml")
     with pytest.raises(PlanInputError, match="not valid YAML"):
@@ -201,4 +254,4 @@ def test_fuzz_parsers_raise_only_our_error(text):
 )
 def test_fuzz_catalog_raises_only_our_error(raw):
     with contextlib.suppress(PlanInputError):
-        load_catalog(yaml.safe_dump({"platforms": raw}), "fuzz.yaml")
+        load_catalog(yaml.safe_dump({"currency": "CNY", "platforms": raw}), "fuzz.yaml")

@@ -141,7 +141,8 @@ class PlatformPlan:
     limit: str
     rack_u: float
     power_w: float
-    cost: float
+    price: float  # per device, in the plan's currency
+    cost: float  # the whole tier (devices x price)
     utilisation: float
     headroom_left: float
     utilisation_degraded: float
@@ -159,6 +160,7 @@ class PlatformPlan:
             "tier_capacity_gbps": round(self.capacity_gbps * self.devices, 3),
             "rack_u": self.rack_u,
             "power_w": self.power_w,
+            "price": self.price,
             "cost": self.cost,
             "utilisation": round(self.utilisation, 4),
             "headroom_left": round(self.headroom_left, 4),
@@ -189,7 +191,8 @@ def plan_platform(
         limit=cap.limit,
         rack_u=devices * platform.rack_u,
         power_w=devices * platform.power_w,
-        cost=devices * platform.price_usd,
+        price=platform.price,
+        cost=devices * platform.price,
         utilisation=utilisation,
         headroom_left=1.0 - utilisation,
         # With the spares failed, the remaining devices carry the peak alone.
@@ -207,16 +210,41 @@ class CapacityPlan:
     spares: int
     mix: PacketMix
     platforms: tuple[PlatformPlan, ...]
+    currency: str  # of every price and cost (the catalog's)
+    # The platform the others' hardware cost is compared with (the catalog's cost_baseline).
+    cost_baseline: str | None = None
+
+    def baseline(self) -> PlatformPlan | None:
+        """The cost baseline's tier, or None when the catalog names none."""
+        for p in self.platforms:
+            if p.name == self.cost_baseline:
+                return p
+        return None
+
+    def cost_ratio(self, platform: PlatformPlan) -> float | None:
+        """Tier cost of `platform` over the baseline tier's (None: no baseline, or it is free)."""
+        base = self.baseline()
+        if base is None or base.cost <= 0:
+            return None
+        return platform.cost / base.cost
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (the schema of `crosszone plan --json`)."""
+        platforms = []
+        for p in self.platforms:
+            entry = p.to_json()
+            ratio = self.cost_ratio(p)
+            entry["cost_vs_baseline"] = None if ratio is None else round(ratio, 6)
+            platforms.append(entry)
         return {
             "demand_gbps": self.demand_gbps,
             "headroom": self.headroom,
             "redundancy": f"N+{self.spares}" if self.spares else "N",
             "packet_mix": self.mix.describe(),
             "mean_frame_bytes": round(self.mix.mean_bytes, 2),
-            "platforms": [p.to_json() for p in self.platforms],
+            "currency": self.currency,
+            "cost_baseline": self.cost_baseline,
+            "platforms": platforms,
         }
 
 
@@ -236,4 +264,6 @@ def plan_capacity(
         )
     mix = mix or parse_packet_mix("large")
     plans = tuple(plan_platform(p, demand_gbps, headroom, spares, mix) for p in catalog.platforms)
-    return CapacityPlan(demand_gbps, headroom, spares, mix, plans)
+    return CapacityPlan(
+        demand_gbps, headroom, spares, mix, plans, catalog.currency, catalog.cost_baseline
+    )

@@ -5,6 +5,10 @@ keys, wrong types and missing fields are errors, and every figure must name its 
 platform's `sources` map, because a capacity plan is only as good as the numbers it is built on and
 a reader must be able to tell a datasheet figure from a placeholder.
 
+Prices are in the catalog's one `currency` (an ISO 4217 code): the figures a catalog cites come in
+whatever currency their source used, and converting them would add an exchange rate nobody quoted.
+`cost_baseline` names the platform the others' hardware cost is compared with (the legacy tier).
+
 Two platform models exist:
 - `fixed`: a device with a quoted forwarding rate (x86 software gateway, Tofino-class switch).
 - `xdp-server`: a commodity server running the crosszone XDP fast path, whose rate is derived from
@@ -15,6 +19,7 @@ Two platform models exist:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
@@ -56,7 +61,8 @@ class _PlatformBase(BaseModel):
     description: str = ""
     rack_u: Annotated[float, Field(gt=0)]
     power_w: Annotated[float, Field(ge=0)]
-    price_usd: Annotated[float, Field(ge=0)]
+    # Per device, in the catalog's `currency`.
+    price: Annotated[float, Field(ge=0)]
     tables: TableLimits
     sources: dict[str, Annotated[str, Field(min_length=1)]]
     if TYPE_CHECKING:
@@ -65,7 +71,7 @@ class _PlatformBase(BaseModel):
         model: str
 
     # Fields that are figures (numbers someone measured or quoted) and so need a source.
-    _FIGURES: ClassVar[tuple[str, ...]] = ("rack_u", "power_w", "price_usd", "tables")
+    _FIGURES: ClassVar[tuple[str, ...]] = ("rack_u", "power_w", "price", "tables")
 
     @model_validator(mode="after")
     def _every_figure_has_a_source(self) -> _PlatformBase:
@@ -118,20 +124,37 @@ class XdpServerPlatform(_PlatformBase):
 Platform = Annotated[FixedPlatform | XdpServerPlatform, Field(discriminator="model")]
 
 
+_CURRENCY = re.compile(r"^[A-Z]{3}$")
+
+
 class Catalog(BaseModel):
-    """A validated, frozen list of platforms with unique names."""
+    """A validated, frozen list of platforms with unique names, priced in one currency."""
 
     model_config = _FROZEN
 
+    # ISO 4217 code of every `price` in the catalog (CNY, USD, EUR, ...).
+    currency: str
+    # The platform whose hardware cost the others are compared with; None: no comparison.
+    cost_baseline: str | None = None
     platforms: Annotated[list[Platform], Field(min_length=1)]
 
     @model_validator(mode="after")
-    def _unique_names(self) -> Catalog:
+    def _names_and_currency(self) -> Catalog:
+        if not _CURRENCY.match(self.currency):
+            # A typo here ("RMB", "usd") would otherwise label every cost wrongly.
+            raise ValueError(
+                f"currency: expected an ISO 4217 code such as CNY or USD, got {self.currency!r}"
+            )
         seen: set[str] = set()
         for platform in self.platforms:
             if platform.name in seen:
                 raise ValueError(f"platform name {platform.name!r} appears twice")
             seen.add(platform.name)
+        if self.cost_baseline is not None and self.cost_baseline not in seen:
+            raise ValueError(
+                f"cost_baseline: no platform named {self.cost_baseline!r} "
+                f"(platforms: {', '.join(p.name for p in self.platforms)})"
+            )
         return self
 
 
@@ -145,7 +168,9 @@ def load_catalog(text: str, source: str) -> Catalog:
     except yaml.YAMLError as exc:
         raise PlanInputError(source, "", f"not valid YAML: {exc}") from None
     if not isinstance(raw, dict):
-        raise PlanInputError(source, "", "expected a mapping with a 'platforms' list")
+        raise PlanInputError(
+            source, "", "expected a mapping with 'currency' and a 'platforms' list"
+        )
     try:
         return Catalog.model_validate(raw)
     except ValidationError as exc:

@@ -47,7 +47,7 @@ def plan_chart(plan: CapacityPlan, stem: Path) -> tuple[Path, Path]:
         ("devices", [p.devices for p in plan.platforms], "{:.0f}"),
         ("rack units", [p.rack_u for p in plan.platforms], "{:.0f} U"),
         ("power (kW)", [p.power_w / 1000 for p in plan.platforms], "{:.1f}"),
-        ("hardware cost (k$)", [p.cost / 1000 for p in plan.platforms], "{:.0f}"),
+        (f"hardware cost (k{plan.currency})", [p.cost / 1000 for p in plan.platforms], "{:.0f}"),
     )
     fig, axes = plt.subplots(1, len(panels), figsize=(13, 3.8))
     for ax, (title, values, fmt) in zip(axes, panels, strict=True):

@@ -124,7 +124,7 @@ def _plan_table(plan: CapacityPlan) -> Table:
         "devices",
         "rack U",
         "power kW",
-        "hardware $",
+        f"hardware {plan.currency}",
         "util. at peak",
         "headroom left",
         "util. spares down",
@@ -144,6 +144,32 @@ def _plan_table(plan: CapacityPlan) -> Table:
             f"{p.utilisation_degraded:.1%}",
         )
     return table
+
+
+def _cost_lines(plan: CapacityPlan) -> list[str]:
+    """Each tier's hardware cost against the baseline tier's, then where every price comes from.
+
+    The ratio is only as good as the two prices it divides, so their sources are printed with it.
+    """
+    base = plan.baseline()
+    if base is None:
+        return []
+    lines = [
+        f"Hardware cost against {base.name} for {plan.demand_gbps:,.0f} Gbps: "
+        f"{base.devices} x {_fmt_int(base.price)} = {_fmt_int(base.cost)} {plan.currency}"
+    ]
+    for p in plan.platforms:
+        ratio = plan.cost_ratio(p)
+        if p is base or ratio is None:
+            continue
+        lines.append(
+            f"  {p.name}: {p.devices} x {_fmt_int(p.price)} = {_fmt_int(p.cost)} {plan.currency}, "
+            f"{ratio:.1%} of it ({ratio - 1:+.1%})"
+        )
+    lines.append("Price sources:")
+    for p in plan.platforms:
+        lines.append(f"  {p.name}: {p.sources.get('price', 'none given')}")
+    return lines
 
 
 def _fit_table(fits: tuple[PlatformFit, ...]) -> Table:
@@ -263,6 +289,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                 return
             console = _console()
             console.print(_plan_table(plan))
+            for line in _cost_lines(plan):
+                # Soft wrap: a source is one line, whole, for the reader to copy or grep.
+                console.print(line, markup=False, highlight=False, soft_wrap=True)
             if fits is not None:
                 console.print(_fit_table(fits))
             for path in written:

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.unit
 SCENARIOS = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
 
 
-@pytest.mark.parametrize("name", ["reference.yaml", "rack.yaml"])
+@pytest.mark.parametrize("name", ["reference.yaml", "rack.yaml", "seed-case.yaml"])
 def test_examples_load(name):
     scenario = load_scenario((SCENARIOS / name).read_text(), name)
     assert scenario.tiers
@@ -82,7 +82,8 @@ def test_missing_and_duplicate():
     del raw["cluster"]
     assert _error(raw).field == "cluster"
     raw = _raw()
-    raw["tiers"][2]["name"] = raw["tiers"][0]["name"]
+    # Tier 1, not one the published block names: else that block's check speaks first.
+    raw["tiers"][1]["name"] = raw["tiers"][0]["name"]
     assert "twice" in str(_error(raw))
     raw = _raw()
     raw["tiers"] = []

@@ -20,6 +20,7 @@ from rich.table import Table
 from crosszone.plan.capacity import DEFAULT_HEADROOM, CapacityPlan, parse_packet_mix, plan_capacity
 from crosszone.plan.catalog import Catalog, apply_fastpath_bench, load_catalog, read_fastpath_bench
 from crosszone.plan.fluid import SimulationResult, simulate
+from crosszone.plan.published import Comparison, compare_published
 from crosszone.plan.scenario import load_scenario
 from crosszone.plan.table_fit import PlatformFit, TableCounts, counts_from_intent, fit_tables
 from crosszone.plan.units import (
@@ -222,6 +223,40 @@ def _sim_table(result: SimulationResult) -> Table:
     return table
 
 
+def _percent(share: float | None, digits: int = 1) -> str:
+    """A reduction as the sources write it: 0.9 -> '-90.0 %'."""
+    return "" if share is None else f"{-share * 100:+.{digits}f} %"
+
+
+def _digits(share: float) -> int:
+    """Decimals a published percentage was given with (0.9 -> 0, 0.225 -> 1), at most 2."""
+    for digits in range(3):
+        if abs(round(share * 100, digits) - share * 100) < 1e-9:
+            return digits
+    return 2
+
+
+def _published_table(comparison: Comparison) -> Table:
+    """Published reductions next to simulated ones, with the two tiers' own values."""
+    table = Table(
+        title=f"Reductions, {comparison.baseline} -> {comparison.candidate}: "
+        "published vs simulated",
+        caption=f"published: {comparison.source}",
+    )
+    for column in ("figure", "published", "simulated", comparison.baseline, comparison.candidate):
+        table.add_column(column, justify="left" if column == "figure" else "right")
+    for f in comparison.figures:
+        values = [
+            "" if v is None else f"{v:,.{3 if f.unit == 's' else 1}f} {f.unit}"
+            for v in (f.baseline_value, f.candidate_value)
+        ]
+        simulated = _percent(f.simulated) if f.simulated is not None else f.note
+        # Published figures as the source rounds them (-90 %), simulated ones to a tenth.
+        published = _percent(f.published, 0 if f.published is None else _digits(f.published))
+        table.add_row(f.figure, published, simulated, *values)
+    return table
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add `plan` and `simulate` to `app` and `simulate` to `bench_app`."""
 
@@ -319,16 +354,22 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             if policy is not None:
                 parsed = parsed.with_policy(policy)
             result = simulate(parsed, seed)
+            comparison = compare_published(parsed, result)
             written: tuple[Path, ...] = ()
             if chart is not None:
                 from crosszone.plan.charts import simulate_chart
 
                 written = simulate_chart(result, chart)
             if as_json:
-                print(json.dumps(result.to_json()))
+                out = result.to_json()
+                if comparison is not None:
+                    out["published"] = comparison.to_json()
+                print(json.dumps(out))
                 return
             console = _console()
             console.print(_sim_table(result))
+            if comparison is not None:
+                console.print(_published_table(comparison))
             for path in written:
                 console.print(f"chart: {path}")
 

@@ -18,6 +18,7 @@ from crosszone.plan.units import (
     parse_bytes,
     parse_duration_s,
     parse_rate_gbps,
+    parse_share,
     validation_failure,
 )
 
@@ -26,6 +27,7 @@ __all__ = [
     "Cluster",
     "Dataset",
     "Ecmp",
+    "Published",
     "Scenario",
     "SmallRequests",
     "Tier",
@@ -55,6 +57,23 @@ Bytes = Annotated[float, _via(parse_bytes)]
 Seconds = Annotated[float, _via(parse_duration_s)]
 Gbps = Annotated[float, _via(parse_rate_gbps)]
 PositiveInt = Annotated[int, Field(gt=0)]
+
+
+def _reduction(value: Any) -> float:
+    """A reduction such as '90%' or 0.9: a share of the baseline, at most all of it."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(f"expected a reduction such as '90%', got {value!r}")
+    try:
+        share = parse_share(value, "", "")
+    except PlanInputError as exc:
+        raise ValueError(exc.reason) from None
+    if share > 1.0:
+        # A time or a cost cannot fall by more than all of it; 150 % is a typo for something else.
+        raise ValueError(f"a reduction is at most 100 %, got {value!r}")
+    return share
+
+
+Reduction = Annotated[float, BeforeValidator(_reduction)]
 Share = Annotated[float, Field(ge=0.0, le=1.0)]
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True, strict=False)
@@ -138,6 +157,38 @@ class Tier(BaseModel):
     buffer: Annotated[Bytes, Field(ge=0)]
 
 
+class Published(BaseModel):
+    """Figures a source reports for this case, printed next to the simulation's own.
+
+    They do not change the simulation: they say which tier the source compared with which
+    (`baseline`, `candidate`: tier names), and what it found, so that `crosszone simulate`
+    can show the published reductions and the simulated ones side by side.
+    """
+
+    model_config = _FROZEN
+
+    source: Annotated[str, Field(min_length=1)]
+    baseline: Annotated[str, Field(min_length=1)]
+    candidate: Annotated[str, Field(min_length=1)]
+    dataset_load_reduction: Reduction | None = None
+    training_time_reduction: Reduction | None = None
+    # A sizing figure (tier prices), which the simulation does not compute: `crosszone plan` does.
+    hardware_cost_reduction: Reduction | None = None
+
+    @model_validator(mode="after")
+    def _some_figure(self) -> Published:
+        if (
+            self.dataset_load_reduction is None
+            and self.training_time_reduction is None
+            and self.hardware_cost_reduction is None
+        ):
+            raise ValueError(
+                "no figure given: set dataset_load_reduction, training_time_reduction or "
+                "hardware_cost_reduction"
+            )
+        return self
+
+
 class Scenario(BaseModel):
     """A validated, frozen simulation scenario."""
 
@@ -159,6 +210,25 @@ class Scenario(BaseModel):
     # on, a small request below `elephant_bytes` is in the strict-priority class and elephants
     # move between devices in flowlets; off, neither. (The DSCP values only name the classes.)
     policy: Policy | None = None
+    published: Published | None = None
+
+    @model_validator(mode="after")
+    def _published_names_tiers(self) -> Scenario:
+        if self.published is None:
+            return self
+        names = [t.name for t in self.tiers]
+        for role in ("baseline", "candidate"):
+            name = getattr(self.published, role)
+            if name not in names:
+                raise ValueError(
+                    f"published.{role}: no tier named {name!r} (tiers: {', '.join(names)})"
+                )
+        if self.published.baseline == self.published.candidate:
+            raise ValueError(
+                "published.candidate: the same tier as published.baseline; a reduction compares "
+                "two tiers"
+            )
+        return self
 
     @model_validator(mode="after")
     def _policy_or_flags(self) -> Scenario:

@@ -180,19 +180,39 @@ class NextHop(_Model):
 
 
 class BgpPeer(_Model):
-    """A zone router the gateway peers with."""
+    """A zone router the gateway peers with.
+
+    role says what the gateway announces to it: the anycast VTEP to the compute zone's router,
+    the storage-facing prefixes to the storage zone's; none: both (one router for both zones)."""
 
     address: Address
     asn: int = Field(ge=1, le=0xFFFFFFFF)
+    role: Literal["compute", "storage"] | None = None
+
+
+class Bfd(_Model):
+    """BFD timers of a gateway's sessions (FRR profile): a session is down after
+    `multiplier` intervals without a packet."""
+
+    interval_ms: int = Field(default=100, ge=10, le=60_000)
+    multiplier: int = Field(default=5, ge=2, le=255)
 
 
 class Bgp(_Model):
-    """BGP of one gateway: it announces the anycast VTEP and the storage-facing prefixes."""
+    """BGP of one gateway: it announces the anycast VTEP and the storage-facing prefixes.
+
+    bfd: true (the default timers), false (no BFD) or the timers."""
 
     asn: int = Field(ge=1, le=0xFFFFFFFF)
     router_id: IPv4
     peers: list[BgpPeer] = []
-    bfd: bool = True
+    bfd: bool | Bfd = True
+
+    def bfd_timers(self) -> Bfd | None:
+        """The BFD timers in force, None when BFD is off."""
+        if self.bfd is False:
+            return None
+        return Bfd() if self.bfd is True else self.bfd
 
 
 class Gateway(_Model):

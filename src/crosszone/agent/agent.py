@@ -38,6 +38,7 @@ from typing import Any
 from crosszone.abi.reasons import Reason
 from crosszone.agent.metrics import AgentMetrics, FastPathCollector
 from crosszone.agent.reconcile import Applied, Reconciler
+from crosszone.agent.routing_owner import RoutingOwner
 from crosszone.compile.diff import Sink
 from crosszone.compile.gateway import Ids
 from crosszone.store.objects import CORE
@@ -73,8 +74,12 @@ class Agent:
                  metrics: AgentMetrics | None = None,
                  now: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep,
-                 status_every: float = 30.0, status_busy_every: float = 0.0) -> None:
+                 status_every: float = 30.0, status_busy_every: float = 0.0,
+                 routing: RoutingOwner | None = None) -> None:
         self.gateway = gateway
+        # FRR around the maps (routing_owner: announce after programming, withdraw before
+        # removal); None: this agent does not touch routing
+        self.routing = routing
         self.store = store
         self.state_file = state_file
         self.read_actual = read_actual
@@ -140,11 +145,15 @@ class Agent:
                     log.warning("gateway %s: state file %s: %s", self.gateway,
                                 self.state_file, exc)
 
-    def _guarded(self, revision: int, fn: Callable[[], Applied | None]) -> Applied | None:
+    def _guarded(self, revision: int, fn: Callable[[], Applied | None],
+                 core: bytes | None = None) -> Applied | None:
         """Run one reconcile; an exception the reconciler did not turn into a rejection
-        (a bug) rejects the revision all the same instead of ending the agent."""
+        (a bug) rejects the revision all the same instead of ending the agent. core: the
+        intent's core object the reconcile brings, if it changes (routing withdraws first)."""
         t0 = self.now()
         try:
+            if self.routing is not None:
+                return self.routing.around(self.rec, fn, core)
             return fn()
         except Exception as exc:
             log.exception("gateway %s: revision %d", self.gateway, revision)
@@ -173,7 +182,8 @@ class Agent:
             self.started = True
             self.health, self.message = "waiting", "no intent in the store yet"
             return None
-        res = self._guarded(rev, lambda: self.rec.load(objects, rev, actual=self.read_actual))
+        res = self._guarded(rev, lambda: self.rec.load(objects, rev, actual=self.read_actual),
+                            objects.get(CORE))
         self.started = True
         if res is not None:
             self._record(res)
@@ -199,8 +209,11 @@ class Agent:
         self.metrics.store_up.set(1)
         self.backoff.reset()
         revision = max((e.revision for e in events), default=self.rec.seen)
+        core = [e.value for e in sorted(events, key=lambda e: e.revision)
+                if e.key == INTENT + CORE]
         res = self._guarded(revision, lambda: self.rec.on_events(
-            [Event(e.revision, e.key[len(INTENT):], e.value) for e in events]))
+            [Event(e.revision, e.key[len(INTENT):], e.value) for e in events]),
+            core[-1] if core else None)
         if res is not None:
             self._record(res)
         self.report(idle=not events)
@@ -218,11 +231,14 @@ class Agent:
             out["occupancy"] = self.occupancy()
         except OSError as exc:
             out["counters"], out["message"] = {}, f"counters unreadable: {exc}"
+        out["routing"] = (self.routing.status() if self.routing is not None else
+                          {"mode": "off", "message": "this agent does not manage routing"})
         return out
 
     def report(self, force: bool = False, idle: bool = True) -> None:
         """Write the status to the store when it changed (once idle), else as a heartbeat."""
-        state = (self.rec.revision, self.health, self.message, self.rec.rejected)
+        state = (self.rec.revision, self.health, self.message, self.rec.rejected,
+                 self.routing.status_key() if self.routing is not None else None)
         since = self.now() - self._last_status
         due = since >= self.status_every or (state != self._last_reported and (
             idle or since >= self.status_busy_every))

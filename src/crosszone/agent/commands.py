@@ -31,6 +31,17 @@ def agent_cmd(
     frr_vty: Path = typer.Option(None, "--frr-vty",
                                  help="FRR's vty socket directory: export the gateway's BGP "
                                       "and BFD sessions (crosszone_bgp_session_up, ...)."),
+    routing: bool = typer.Option(True, "--routing/--no-routing",
+                                 help="Own the host's FRR configuration when the gateway's "
+                                      "intent has bgp: (docs/routing.md)."),
+    frr_pathspace: str = typer.Option("", "--frr-pathspace",
+                                      help="FRR started with -N NAME (per-namespace FRR); "
+                                           "default: the system's FRR."),
+    frr_config: Path = typer.Option(None, "--frr-config",
+                                    help="Where the rendered FRR configuration is kept "
+                                         "(default /etc/frr[/NAME]/frr.conf)."),
+    frr_rundir: Path = typer.Option(Path("/var/run/frr"), "--frr-rundir",
+                                    help="frr-reload.py's directory for temporary files."),
 ) -> None:
     """Attach the fast path if needed, then keep its maps equal to the store's intent."""
     import signal
@@ -59,10 +70,17 @@ def agent_cmd(
     agent = Agent(gateway, st, sink, ifindex_in(netns or None),
                   state_file=state_file or default_state_file(pins), read_actual=sink.read)
     fastpath_hooks(agent, maps)
-    routing = RoutingCollector(["vtysh", "--vty_socket", str(frr_vty)] if frr_vty else None,
-                               netns or None)
-    routing.start()  # read in its own thread: a scrape never waits for vtysh
-    agent.metrics.registry.register(routing)
+    from crosszone.agent.frr_apply import FrrTarget
+    from crosszone.agent.routing_owner import routing_owner
+
+    target = FrrTarget(pathspace=frr_pathspace or None, vty_socket=frr_vty,
+                       config_file=frr_config, rundir=frr_rundir)
+    sessions = RoutingCollector(target.vtysh() if routing or frr_vty else None, netns or None)
+    sessions.start()  # read in its own thread: a scrape never waits for vtysh
+    agent.metrics.registry.register(sessions)
+    if routing:
+        agent.routing = routing_owner(gateway, target, sessions.snapshot)
+        agent.metrics.registry.register(agent.routing)
     if metrics:
         host, _, port = metrics.rpartition(":")
         start_http_server(int(port), addr=host or "127.0.0.1", registry=agent.metrics.registry)

@@ -1,0 +1,193 @@
+"""Applying a rendered FRR configuration with FRR's own tools: only the difference, no restart.
+
+`FrrReloadApplier.apply(config)` writes the configuration where FRR reads it at start (so a
+restarted FRR comes back with it), asks `frr-reload.py --test` what differs from the running
+configuration, and when something does, runs `frr-reload.py --reload`: FRR's script turns the
+difference into `no ...` and configuration lines and feeds them to vtysh. bgpd is never
+restarted, so unchanged sessions stay up (their uptime does not reset). A second `--test`
+checks that FRR took everything; what it did not take is an error (`ApplyError`), reported by
+the agent and tried again.
+
+A route-map change (link bandwidth, graceful shutdown) reaches the routers after bgpd's
+route-map delay timer (5 s) unless the routes are sent again, hence `clear bgp ... soft out`
+after such a change (a soft clear re-sends routes; the session stays up).
+
+Which FRR: `FrrTarget`. The defaults are the system's FRR (/etc/frr, vtysh's default sockets);
+a per-namespace FRR (daemons started with `-N NAME`) is either `pathspace=NAME` (sockets under
+/var/run/frr/NAME) or `vty_socket=DIR` when its daemons were given `--vty_socket DIR` (what the
+emulator does). The code path is the same: only the options given to frr-reload.py and vtysh
+differ. The control code (`routing_owner`) sees only the `Applier` protocol, so unit tests pass
+a fake.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+class ApplyError(RuntimeError):
+    """FRR did not take the configuration (the message says what failed)."""
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What one apply changed: lines deleted and added (frr-reload's words), and the time."""
+
+    deleted: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+    @property
+    def empty(self) -> bool:
+        """Nothing differed."""
+        return not self.deleted and not self.added
+
+
+class Applier(Protocol):
+    """Brings the running FRR to a configuration; raises ApplyError when it cannot."""
+
+    def apply(self, config: str) -> Changes:
+        """Apply the difference between `config` and the running configuration."""
+        ...
+
+
+@dataclass(frozen=True)
+class FrrTarget:
+    """One FRR instance: the system's by default, or a per-namespace one (see the module
+    docstring). config_file: where the rendered configuration is kept (default: frr.conf in
+    confdir, or in confdir/NAME for a pathspace)."""
+
+    pathspace: str | None = None
+    vty_socket: Path | None = None
+    config_file: Path | None = None
+    confdir: Path = Path("/etc/frr")
+    bindir: Path = Path("/usr/bin")
+    rundir: Path = Path("/var/run/frr")
+    reload_script: Path = Path("/usr/lib/frr/frr-reload.py")
+
+    @property
+    def conf(self) -> Path:
+        """The configuration file this target keeps."""
+        if self.config_file is not None:
+            return self.config_file
+        return self.confdir / (self.pathspace or "") / "frr.conf"
+
+    def _where(self) -> list[str]:
+        # vtysh joins -N's name onto --vty_socket's directory: with an explicit socket
+        # directory (already per namespace) the name must not be given again
+        if self.vty_socket is not None:
+            return ["--vty_socket", str(self.vty_socket)]
+        return ["-N", self.pathspace] if self.pathspace else []
+
+    def vtysh(self) -> list[str]:
+        """The vtysh argv prefix that reaches this instance."""
+        return [str(self.bindir / "vtysh"), *self._where()]
+
+    def reload_argv(self, mode: str, filename: Path) -> list[str]:
+        """frr-reload.py in `mode` ("--test" or "--reload") for `filename`."""
+        return [sys.executable, str(self.reload_script), mode, "--stdout",
+                "--bindir", str(self.bindir), "--confdir", str(self.confdir),
+                "--rundir", str(self.rundir), *self._where(), str(filename)]
+
+
+Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+
+
+def run(argv: Sequence[str], timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """Run a command, output captured (never raises for its exit status)."""
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+
+def parse_test_output(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(lines to delete, lines to add) from `frr-reload.py --test` output."""
+    out: dict[str, list[str]] = {"del": [], "add": []}
+    section: str | None = None
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if line == "Lines To Delete":
+            section = "del"
+        elif line == "Lines To Add":
+            section = "add"
+        elif section and line and not set(line) <= {"="}:
+            out[section].append(line)
+    return tuple(out["del"]), tuple(out["add"])
+
+
+#: Lines whose change alters what routes carry, not which routes exist: FRR applies them only
+#: when the routes are sent again.
+_RESEND = ("set extcommunity bandwidth", "bgp graceful-shutdown", "route-map ", "match ")
+
+
+@dataclass
+class FrrReloadApplier:
+    """Applier over frr-reload.py and vtysh (see the module docstring)."""
+
+    target: FrrTarget = field(default_factory=FrrTarget)
+    runner: Runner = run
+
+    def _write(self, config: str) -> Path:
+        """Write config atomically where the target keeps it (owner and mode of the file it
+        replaces, so FRR, which runs as user frr, can still read it)."""
+        path = self.target.conf
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".frr.conf.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(config)
+            if path.exists():
+                st = path.stat()
+                os.chmod(tmp, st.st_mode & 0o7777)
+                os.chown(tmp, st.st_uid, st.st_gid)
+            else:
+                os.chmod(tmp, 0o640)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    def diff(self, path: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """What frr-reload.py would change to bring the running FRR to the file."""
+        done = self.runner(self.target.reload_argv("--test", path))
+        if done.returncode != 0:
+            raise ApplyError(f"frr-reload.py --test failed ({done.returncode}): "
+                             f"{(done.stderr or done.stdout).strip()[-500:]}")
+        return parse_test_output(done.stdout)
+
+    def apply(self, config: str) -> Changes:
+        """Write, compare, reload the difference, check (ApplyError if FRR did not take it)."""
+        t0 = time.monotonic()
+        self.target.rundir.mkdir(parents=True, exist_ok=True)
+        path = self._write(config)
+        deleted, added = self.diff(path)
+        if not deleted and not added:
+            return Changes(seconds=time.monotonic() - t0)
+        done = self.runner(self.target.reload_argv("--reload", path))
+        left_del, left_add = self.diff(path)
+        if left_del or left_add:
+            raise ApplyError(
+                f"FRR did not take the configuration (frr-reload exit {done.returncode}); "
+                f"still to delete: {list(left_del)[:5]}, to add: {list(left_add)[:5]}; "
+                f"{(done.stdout + done.stderr).strip()[-300:]}")
+        if any(x.strip().removeprefix("no ").startswith(_RESEND) for x in deleted + added):
+            self.soft_out()
+        return Changes(deleted, added, time.monotonic() - t0)
+
+    def soft_out(self) -> None:
+        """Send every session's routes again (the session stays up)."""
+        self.runner([*self.target.vtysh(), "-c", "clear bgp ipv4 unicast * soft out",
+                     "-c", "clear bgp ipv6 unicast * soft out"])
+
+    def show(self, command: str) -> str | None:
+        """Output of one show command (None when vtysh failed)."""
+        done = self.runner([*self.target.vtysh(), "-c", command])
+        return done.stdout if done.returncode == 0 else None

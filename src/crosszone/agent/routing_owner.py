@@ -1,0 +1,266 @@
+"""The agent's ownership of its host's routing: keep FRR equal to the intent, around the maps.
+
+The agent calls `around(rec, apply_maps, core)` for every reconcile (agent._guarded):
+
+1. before the maps change (`core` is the intent's new core object, None when it did not
+   change), whatever the new intent no longer announces is withdrawn first: the VPCs that
+   leave, and those whose storage-facing prefixes change. Routers stop sending replies to a VPC
+   before its maps go (withdrawn before removal);
+2. the maps are applied (the reconciler);
+3. from what the maps now hold (the reconciler's applied objects, which after a rejected
+   revision are the previous ones), the full configuration is rendered and applied: a VPC's
+   prefixes are announced only once its maps are programmed (announced after programming),
+   and a rejected revision gets back what step 1 withdrew.
+
+Only the difference reaches FRR (`frr_apply`): an unchanged intent renders the same text and
+applies nothing. A failed apply is reported (status, `crosszone_routing_apply_errors_total`)
+and tried again every `retry_every` seconds; it never holds back the maps (a VPC the operator
+removed has nowhere to go either way). A gateway whose intent has no `bgp:` is left alone
+("unmanaged"): the operator runs its routing.
+
+`state` is the migration's per-gateway routing state (frr_config.RoutingState); until the
+migration writes one (issue 23, deliverable 2) it is the default: everything announced, no
+weight.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, TypeVar
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from crosszone.agent.frr_apply import Applier, ApplyError, Changes, FrrReloadApplier, FrrTarget
+from crosszone.agent.frr_config import Rendered, RenderError, RoutingState, facing_prefixes, render
+from crosszone.intent.errors import InvalidIntentError
+from crosszone.intent.schema import Cluster
+from crosszone.store.objects import CORE, join_objects
+
+log = logging.getLogger("crosszone.agent.routing")
+T = TypeVar("T")
+
+
+class _Applied(Protocol):
+    """What the owner reads of the reconciler: the objects and revision of its maps."""
+
+    objects: dict[str, bytes]
+    revision: int
+
+
+class RoutingOwner(Collector):
+    """Renders and applies one gateway's FRR configuration around its map changes."""
+
+    def __init__(self, gateway: str, applier: Applier, state: RoutingState | None = None,
+                 hostname: str | None = None, log_file: str | None = None,
+                 sessions: Callable[[], dict[str, Any]] | None = None,
+                 now: Callable[[], float] = time.monotonic, retry_every: float = 5.0) -> None:
+        self.gateway = gateway
+        self.applier = applier
+        self.state = state or RoutingState()
+        self.hostname, self.log_file = hostname, log_file
+        self.sessions = sessions
+        self.now, self.retry_every = now, retry_every
+        self.mode = "starting"          # managed | unmanaged | error | starting
+        self.message = ""
+        self.applied: Rendered | None = None     # what FRR holds, as far as we know
+        self.applied_revision: int | None = None
+        self.last_changes = Changes()
+        self.applies = 0
+        self.errors = 0
+        self._clusters: dict[bytes, Cluster | None] = {}
+        self._applied_core: bytes | None = None  # the core object FRR's announcements follow
+        self._done_key: tuple[bytes, RoutingState] | None = None
+        self._retry_at = 0.0
+
+    # ---- control ---------------------------------------------------------------------------
+
+    def set_state(self, state: RoutingState) -> None:
+        """A new routing state (applied at the next reconcile)."""
+        self.state = state
+
+    def around(self, rec: _Applied, apply_maps: Callable[[], T], core: bytes | None) -> T:
+        """Withdraw what `core` drops, apply the maps, then bring FRR to what they hold.
+
+        Routing never fails the maps' reconcile: an unforeseen error here (a bug) is logged
+        and reported as a routing error, and the revision counts as applied to the maps."""
+        if core is not None:
+            self._safely(lambda: self.before(core))
+        try:
+            return apply_maps()
+        finally:
+            self._safely(lambda: self.after(rec))
+
+    def _safely(self, step: Callable[[], None]) -> None:
+        try:
+            step()
+        except Exception as exc:
+            log.exception("gateway %s: routing", self.gateway)
+            self._failed(f"internal error: {type(exc).__name__}: {exc}")
+
+    def _cluster(self, core: bytes | None) -> Cluster | None:
+        """The cluster of a core object (None when it does not make one); one parse per
+        distinct object (the applied one and the one coming are kept)."""
+        if core is None:
+            return None
+        if core not in self._clusters:
+            try:
+                cluster: Cluster | None = join_objects({CORE: core})
+            except InvalidIntentError:
+                cluster = None
+            keep = self._applied_core
+            self._clusters = {k: v for k, v in self._clusters.items() if k == keep}
+            self._clusters[core] = cluster
+        return self._clusters[core]
+
+    def _render(self, cluster: Cluster, programmed: set[str] | None = None) -> Rendered | None:
+        return render(cluster, self.gateway, self.state, programmed=programmed,
+                      hostname=self.hostname, log_file=self.log_file)
+
+    def before(self, core: bytes) -> None:
+        """Withdraw, before the maps change, what the new core no longer announces: VPCs that
+        go and VPCs whose storage-facing prefixes change (their maps change next)."""
+        old = self._cluster(self._applied_core) if self.applied is not None else None
+        new = self._cluster(core)
+        if old is None or new is None or self.applied is None:
+            return
+        before = {v.name: facing_prefixes(v) for v in old.vpcs}
+        keep = {v.name for v in new.vpcs if before.get(v.name) == facing_prefixes(v)}
+        try:
+            target = self._render(new, programmed=keep)
+        except (KeyError, RenderError):
+            return  # the reconciler rejects this intent; the maps and routing stay
+        if target is None or set(target.announced) >= set(self.applied.announced):
+            return  # routing left to the operator, or nothing to withdraw
+        self._apply(target, None)
+
+    def after(self, rec: _Applied) -> None:
+        """Bring FRR to what the maps hold (no-op when nothing changed since the last apply)."""
+        core = rec.objects.get(CORE)
+        if core is None:
+            return  # nothing applied yet
+        key = (core, self.state)
+        if self.mode == "error":
+            if self.now() < self._retry_at:
+                return
+        elif key == self._done_key:
+            return
+        cluster = self._cluster(core)
+        if cluster is None:
+            return
+        try:
+            target = self._render(cluster)
+        except KeyError:
+            return  # this gateway is not in the intent: the reconciler rejected it
+        except RenderError as exc:
+            self._failed(f"cannot render: {exc}")
+            return
+        if target is None:
+            self.mode, self.applied = "unmanaged", None
+            self.message = ("the intent has no bgp: section for this gateway: routing is left "
+                            "to the operator")
+            self._done_key = key
+            return
+        if self._apply(target, rec.revision):
+            self._done_key, self._applied_core = key, core
+
+    def _apply(self, target: Rendered, revision: int | None) -> bool:
+        """Apply one rendered configuration; False (and reported) when FRR did not take it."""
+        try:
+            changes = self.applier.apply(target.config)
+        except (ApplyError, OSError, subprocess.SubprocessError) as exc:
+            self._failed(str(exc))
+            return False
+        self.applies += 1
+        self.applied, self.last_changes = target, changes
+        if revision is None:
+            self._done_key = None  # a partial step: the next `after` applies in full
+        else:
+            self.applied_revision = revision
+            self.mode, self.message = "managed", ""
+        if not changes.empty:
+            log.info("gateway %s: routing %s: %d lines deleted, %d added in %.0f ms",
+                     self.gateway, "applied" if revision is not None else "withdrawn first",
+                     len(changes.deleted), len(changes.added), changes.seconds * 1000)
+        return True
+
+    def _failed(self, message: str) -> None:
+        self.errors += 1
+        self.mode, self.message = "error", message[:1000]
+        self._retry_at = self.now() + self.retry_every
+        log.warning("gateway %s: routing: %s", self.gateway, self.message)
+
+    # ---- report ----------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """What the agent reports about routing (status `routing`)."""
+        a = self.applied
+        out: dict[str, Any] = {
+            "mode": self.mode, "message": self.message, "revision": self.applied_revision,
+            "announced": list(a.announced) if a else [],
+            "bandwidth_mbps": a.state.bandwidth_mbps if a else None,
+            "graceful_shutdown": a.state.graceful_shutdown if a else False,
+            "withdraw": a.state.withdraw if a else False,
+            "canary": a.state.canary if a else None,
+            "applies": self.applies, "errors": self.errors,
+            "last_change": {"deleted": len(self.last_changes.deleted),
+                            "added": len(self.last_changes.added),
+                            "ms": round(self.last_changes.seconds * 1000, 1)},
+        }
+        if self.sessions is not None:
+            snap = self.sessions()
+            out["sessions"] = {"bgp": snap.get("bgp"), "bfd": snap.get("bfd")}
+        return out
+
+    def status_key(self) -> tuple[Any, ...]:
+        """What changes the status enough to report it at once."""
+        a = self.applied
+        return (self.mode, self.message, self.applied_revision, a.announced if a else (),
+                a.state if a else None)
+
+    def collect(self) -> Iterator[Any]:
+        """Prometheus families of what was applied (sessions: routing.RoutingCollector)."""
+        modes = GaugeMetricFamily("crosszone_routing_mode", "1 for the agent's routing mode "
+                                  "(managed, unmanaged, error, starting)", labels=["mode"])
+        for m in ("managed", "unmanaged", "error", "starting"):
+            modes.add_metric([m], 1.0 if self.mode == m else 0.0)
+        yield modes
+        if self.applied_revision is not None:
+            g = GaugeMetricFamily("crosszone_routing_applied_revision",
+                                  "Intent revision whose routing FRR holds")
+            g.add_metric([], self.applied_revision)
+            yield g
+        a = self.applied
+        ann = GaugeMetricFamily("crosszone_routing_announced", "1 for each prefix the gateway "
+                                "announces", labels=["prefix"])
+        for p in a.announced if a else ():
+            ann.add_metric([p], 1.0)
+        yield ann
+        bw = GaugeMetricFamily("crosszone_routing_bandwidth_mbps", "Link bandwidth the "
+                               "gateway's routes carry (0: none, plain ECMP)")
+        bw.add_metric([], float(a.state.bandwidth_mbps or 0) if a else 0.0)
+        yield bw
+        gs = GaugeMetricFamily("crosszone_routing_graceful_shutdown", "1 while the gateway "
+                               "announces with the graceful-shutdown community")
+        gs.add_metric([], 1.0 if a and a.state.graceful_shutdown else 0.0)
+        yield gs
+        n = CounterMetricFamily("crosszone_routing_applies", "FRR configurations applied")
+        n.add_metric([], self.applies)
+        yield n
+        e = CounterMetricFamily("crosszone_routing_apply_errors", "FRR configurations that "
+                                "could not be rendered or applied")
+        e.add_metric([], self.errors)
+        yield e
+
+
+def routing_owner(gateway: str, target: FrrTarget,
+                  sessions: Callable[[], dict[str, Any]] | None = None) -> RoutingOwner:
+    """The owner of a host's FRR (`target`) for `crosszone agent`: frr-reload.py applies, the
+    hostname is the machine's (vtysh shows it beside the daemons' and cannot remove it, so
+    any other would differ at every comparison)."""
+    return RoutingOwner(gateway, FrrReloadApplier(target), hostname=socket.gethostname(),
+                        sessions=sessions)

@@ -22,13 +22,17 @@ Limits (docs/control.md): the token is checked and the body size bounded by `Req
 ASGI layer in front of FastAPI, before a byte of the body is read, so an unauthenticated or
 oversized request, or a read carrying a body (refused: reads take none), costs neither memory
 nor parsing. Validation, compilation and JSON parsing of
-a request run in a worker thread, so a big apply never stalls /healthz or the reads. /docs and
+a request run in a worker thread, so a big apply never stalls /healthz or the reads. Reads of
+data hold at most READ_THREADS worker threads (writes have anyio's own pool), and the intent
+document is serialised once per revision and paced (ReadPacer), so open reads cannot slow
+writes (docs/security.md, "Limits on reads"). /docs and
 /redoc are off: FastAPI's pages load their scripts from a public CDN, and no page served here
 may reference another host; /openapi.json is the API's description.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import time
@@ -36,7 +40,9 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
+import anyio
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
@@ -52,6 +58,15 @@ from crosszone.store.store import StoreUnavailable
 # the tables can hold and bounds what one request may make the controller buffer.
 DEFAULT_MAX_BODY = 64 << 20
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: worker threads the reads of data (intent, status, migration, dashboard, metrics) may hold
+#: at once; more readers wait their turn on the event loop. Writes run in anyio's default
+#: pool (40 threads), so no number of open readers can make a write wait for a thread.
+READ_THREADS = 4
+#: the intent document (1.5 MB at 100k routes, ~15 MB at 1M) goes out at this many bytes per
+#: second overall, after a burst of one second's worth; readers beyond it wait their turn
+INTENT_READ_RATE = 32 << 20
+#: readers of the intent allowed to wait for their turn; one more is a 503
+INTENT_READ_QUEUE = 64
 #: paths readable without the token even when reads need it: they carry no cluster data
 PUBLIC_PATHS = ("/healthz", "/dashboard", "/dashboard/static/")
 
@@ -77,6 +92,34 @@ def bearer_ok(authorization: str, token: str) -> bool:
     if not token or scheme.lower() != "bearer" or not given:  # schemes are case-insensitive
         return False
     return hmac.compare_digest(given.strip().encode(), token.encode())
+
+
+class ReadPacer:
+    """Paces large reads to `rate` bytes per second overall, first come first served (a
+    virtual clock: each read books size/rate seconds after the previous one, and may start as
+    soon as its booking is less than `burst` seconds ahead of now). At most `queue` readers
+    wait; `admit` returns False for one more, which the caller refuses."""
+
+    def __init__(self, rate: float, queue: int, burst: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate, self.queue, self.burst, self.clock = rate, queue, burst, clock
+        self._booked = 0.0   # when the reads booked so far will have used their share
+        self.waiting = 0
+
+    async def admit(self, size: int) -> bool:
+        """Wait for this read's turn (False: too many wait already)."""
+        now = self.clock()
+        start = max(self._booked - self.burst, now)
+        if start > now and self.waiting >= self.queue:
+            return False
+        self._booked = max(self._booked, now) + size / self.rate
+        if start > now:
+            self.waiting += 1
+            try:
+                await asyncio.sleep(start - now)
+            finally:
+                self.waiting -= 1
+        return True
 
 
 class RequestGuard:
@@ -202,10 +245,23 @@ def create_app(controller: Controller, token: str, max_body: int = DEFAULT_MAX_B
         # Off the event loop: a 1M-route apply takes seconds; /healthz and reads go on.
         return await run_in_threadpool(_guard, work)
 
-    @app.get("/v1/intent")
-    def get_intent() -> dict[str, Any]:
-        """The desired state as a version-2 document."""
-        return _guard(lambda: {"revision": controller.revision, "intent": controller.document()})
+    reads = anyio.CapacityLimiter(READ_THREADS)
+
+    async def read(fn: Callable[[], Any]) -> Any:
+        """A read of data, in one of the READ_THREADS worker threads."""
+        return await anyio.to_thread.run_sync(_guard, fn, limiter=reads)
+
+    pacer = ReadPacer(INTENT_READ_RATE, INTENT_READ_QUEUE)
+
+    @app.get("/v1/intent", responses={200: {"content": {"application/json": {}}}})
+    async def get_intent() -> Response:
+        """The desired state as a version-2 document: `{"revision", "intent"}` (serialised
+        once per revision and shared by every reader; paced, see INTENT_READ_RATE)."""
+        body = await read(controller.intent_json)
+        if not await pacer.admit(len(body)):
+            raise HTTPException(503, f"{INTENT_READ_QUEUE} readers of the intent are waiting "
+                                "already; try again later", headers={"Retry-After": "5"})
+        return Response(body, media_type="application/json")
 
     @app.post("/v1/pools/{pool}/prefixes", openapi_extra={"requestBody": {
         "required": True, "content": {"application/json": {
@@ -224,14 +280,14 @@ def create_app(controller: Controller, token: str, max_body: int = DEFAULT_MAX_B
         return await run_in_threadpool(_guard, work)
 
     @app.get("/v1/status")
-    def status() -> dict[str, Any]:
+    async def status() -> dict[str, Any]:
         """Desired revision and every gateway's report (revision applied, health, counters)."""
-        return _guard(controller.status)
+        return await read(controller.status)
 
     @app.get("/v1/migration")
-    def migration_status() -> dict[str, Any]:
+    async def migration_status() -> dict[str, Any]:
         """The migration: state, step, weight_new, history, guards, runner heartbeat."""
-        return _guard(lambda: migration.status(controller.store))
+        return await read(lambda: migration.status(controller.store))
 
     @app.post("/v1/migration/{op}")
     async def migration_op(op: str, request: Request) -> dict[str, Any]:
@@ -264,5 +320,5 @@ def create_app(controller: Controller, token: str, max_body: int = DEFAULT_MAX_B
         """Liveness (answered on the event loop: it must never wait for a write)."""
         return {"ok": True, "revision": controller.revision}
 
-    add_dashboard(app, controller, prometheus, charts_dir)
+    add_dashboard(app, controller, prometheus, charts_dir, read)
     return RequestGuard(app, token, max_body, open_reads)

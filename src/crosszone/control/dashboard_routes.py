@@ -8,6 +8,7 @@ nothing from any other host, even if a later edit slipped in a link to a CDN.
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,19 +53,26 @@ def _store_guard(fn: Any) -> Any:
         raise HTTPException(503, f"store unavailable: {exc}") from None
 
 
+async def _in_thread(fn: Callable[[], Any]) -> Any:
+    return await run_in_threadpool(_store_guard, fn)
+
+
 def add_dashboard(app: FastAPI, controller: Controller, prometheus: str | None,
-                  charts_dir: Path | None) -> None:
-    """Register the dashboard's routes on the controller's app."""
+                  charts_dir: Path | None,
+                  read: Callable[[Callable[[], Any]], Awaitable[Any]] = _in_thread) -> None:
+    """Register the dashboard's routes on the controller's app. read runs a read of data in
+    a worker thread (the API's, bounded: control/api.py READ_THREADS) and turns a store
+    outage into a 503."""
     prom = dashboard.PrometheusReader(prometheus) if prometheus else None
 
     if not any(getattr(r, "path", None) == "/v1/migration" for r in app.routes):
         # A read-only view of the record, for an API without the migration engine's own
         # route (which, when registered first, serves the same record and stays in charge).
         @app.get("/v1/migration")
-        def migration() -> dict[str, Any]:
+        async def migration() -> dict[str, Any]:
             """The migration record (state, step, weights, guards, history); state "none"
             when no migration was ever started."""
-            return _store_guard(lambda: dashboard.migration(controller.store))
+            return await read(lambda: dashboard.migration(controller.store))
 
     @app.get("/v1/dashboard")
     async def snapshot(window: float = 300, step: float = 2) -> dict[str, Any]:
@@ -72,16 +80,16 @@ def add_dashboard(app: FastAPI, controller: Controller, prometheus: str | None,
         if not (0.5 <= step <= 60):
             raise HTTPException(422, "step must be between 0.5 and 60 seconds")
         # Off the event loop: Prometheus and the store may each take a moment.
-        return await run_in_threadpool(_store_guard, lambda: dashboard.snapshot(
+        return await read(lambda: dashboard.snapshot(
             controller.status(), controller.store, prom, charts_dir, window, step))
 
     collector = ControllerCollector(controller.status,
                                     lambda: dashboard.migration(controller.store))
 
     @app.get("/metrics")
-    def metrics() -> Response:
+    async def metrics() -> Response:
         """The controller's Prometheus metrics (text exposition)."""
-        return Response(exposition(collector),
+        return Response(await read(lambda: exposition(collector)),
                         media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/dashboard")

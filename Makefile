@@ -25,6 +25,8 @@ BENCH_BASE += bench_floor_sink bench_floor_clock bench_floor_coarse bench_floor_
 BENCH_OBJS := $(BENCH_BASE:%=$(BUILD)/%.o) $(BENCH_BASE:%=$(BUILD)/%_live.o)
 # `crosszone bench forward`: its generator, validating sink and floor forward (bpf/bench_forward_*.c).
 BENCH_OBJS += $(BUILD)/bench_forward_gen.o $(BUILD)/bench_forward_sink.o $(BUILD)/bench_forward_floor.o
+# Its sender: AF_PACKET with a transmit ring (bench/sender/cz_sender.c), no BPF test run needed.
+BENCH_TOOLS := $(BUILD)/cz_sender
 
 .PHONY: setup apt venv build lint test test-unit demo bench clean
 
@@ -46,7 +48,11 @@ $(VENV)/.stamp: pyproject.toml
 	@$(PY) -m pip install -q -e '.[dev]'
 	@touch $@
 
-build: setup $(BPF_OBJS) $(BENCH_OBJS)
+build: setup $(BPF_OBJS) $(BENCH_OBJS) $(BENCH_TOOLS)
+
+$(BUILD)/cz_sender: src/crosszone/bench/sender/cz_sender.c Makefile
+	@mkdir -p $(BUILD)
+	gcc -O2 -Wall -Wextra -Werror -o $@ $<
 
 $(BUILD)/xdp_gateway.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
 	@mkdir -p $(BUILD)

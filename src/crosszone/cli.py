@@ -7,6 +7,7 @@ contents and a plane can be read (and tested) on its own.
 from __future__ import annotations
 
 import importlib
+import sys
 
 import typer
 
@@ -39,8 +40,18 @@ for _name in COMMAND_MODULES:
 
 
 def main() -> None:
-    """Run the command line."""
-    app()
+    """Run the command line. An environment problem (a kernel feature refused, a privilege or
+    a built file missing) ends it with one line naming what was needed and what the machine
+    answered, exit code 2; a crosszone failure keeps its traceback, which a bug report needs."""
+    from crosszone.linux.environment import EXIT_ENVIRONMENT, describe, is_environment_problem
+
+    try:
+        app()
+    except Exception as exc:
+        if not is_environment_problem(exc):
+            raise
+        print(f"error: {describe(exc)}", file=sys.stderr)
+        raise SystemExit(EXIT_ENVIRONMENT) from None
 
 
 if __name__ == "__main__":

@@ -17,11 +17,18 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+
+from crosszone.linux.environment import describe, is_environment_problem
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_INTENT = ROOT / "examples" / "gateway.yaml"
@@ -107,9 +114,31 @@ def forwarding_problems(by: dict[str, dict]) -> list[str]:
     return problems
 
 
+class PartFailed(Exception):
+    """A demo part failed through crosszone (not through the machine): the demo fails."""
+
+
+def run_part(console: Console, part: str, body: Callable[[], T]) -> T | None:
+    """Run one part of the demo. A part the machine cannot run (an environment problem: a
+    kernel feature refused, a tool missing) is reported in one line and skipped: None. Any
+    other failure is crosszone's: reported in one line, then PartFailed."""
+    try:
+        return body()
+    except Exception as exc:
+        if is_environment_problem(exc):
+            console.print(f"[yellow]part {part} cannot run on this machine, going on:[/yellow] "
+                          f"{escape(describe(exc))}")
+            return None
+        console.print(f"[red]part {part} failed:[/red] {escape(type(exc).__name__)}: "
+                      f"{escape(' '.join(str(exc).split()))}")
+        raise PartFailed(part) from exc
+
+
 def demo(
     quick: bool = typer.Option(False, "--quick", help="Only part 1 (no emulated deployment)."),
     duration: float = typer.Option(20.0, help="Seconds of workload per gateway kind."),
+    verbose: bool = typer.Option(False, "--verbose", "--json",
+                                 help="Also print each workload run's raw JSON document."),
 ) -> None:
     """Show crosszone working: the fast path on sample frames, then both zones emulated."""
     # Tables are wide: give them room when the output goes to a file or a CI log.
@@ -120,17 +149,32 @@ def demo(
             "run it as root (sudo make demo)"
         )
         raise typer.Exit(2)
-    fastpath_demo(console)
-    if quick:
-        return
-    from crosszone.emulate.demo import run_demo
+    failed: list[str] = []
 
-    console.rule("[bold]2. two zones emulated: legacy kernel gateways vs crosszone")
-    rc = run_demo(console, duration=duration)
-    problems = forwarding_problems(forwarding_demo(console))
-    for problem in problems:
-        console.print(f"[red]forwarding: {problem}[/red]")
-    raise typer.Exit(rc or (1 if problems else 0))
+    def part(name: str, body: Callable[[], T]) -> T | None:
+        try:
+            return run_part(console, name, body)
+        except PartFailed:
+            failed.append(name)
+            return None
+
+    part("1", lambda: fastpath_demo(console))
+    if not quick:
+        from crosszone.emulate.demo import run_demo
+
+        def emulated() -> int:
+            console.rule("[bold]2. two zones emulated: legacy kernel gateways vs crosszone")
+            return run_demo(console, duration=duration, verbose=verbose)
+
+        if part("2", emulated):
+            failed.append("2")
+        by = part("3", lambda: forwarding_demo(console))
+        for problem in forwarding_problems(by) if by is not None else []:
+            console.print(f"[red]forwarding: {escape(problem)}[/red]")
+            failed.append("3")
+    if failed:
+        console.print(f"[red]demo: part {', '.join(sorted(set(failed)))} failed[/red]")
+    raise typer.Exit(1 if failed else 0)
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:

@@ -395,6 +395,13 @@ def test_jumbo_frame_through_frags_program(obj: bpf.BpfObject) -> None:
 def test_live_frames_reach_the_veth_peer(
     obj: bpf.BpfObject, veth_netns: tuple[str, str, str]
 ) -> None:
+    # Live frames are optional (fastpath/live_frames.py); a frame sent by an ordinary sender
+    # reaching the veth peer is tested everywhere in test_sender.py.
+    from crosszone.fastpath.live_frames import probe
+
+    answer = probe()
+    if not answer.allowed:
+        pytest.skip(f"live-frames test runs refused by this kernel: {answer.unavailable()}")
     ns, a, b = veth_netns
     n = 2000
     with in_netns(ns):

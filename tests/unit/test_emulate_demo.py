@@ -257,3 +257,15 @@ def test_bfdd_and_the_fast_path_loader_never_share_a_cpu(
         assert "0" not in loader.split("-")[0]
     else:
         assert "taskset" not in attach
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_raw_json_documents_only_when_verbose(verbose: bool) -> None:
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    demo.print_comparison(console, [_row("legacy", 0), _row("crosszone", 0)], verbose)
+    text = console.export_text()
+    assert "legacy vs crosszone" in text  # the table, always
+    assert ('"gateway": "crosszone"' in text) is verbose
+    assert ('"workload"' in text) is verbose

@@ -72,16 +72,26 @@ def bench_forward(
     rounds: int = typer.Option(3, "--rounds", min=1, max=20,
                                help="interleaved rounds of every row (medians)"),
     cpu: int = typer.Option(-1, "--cpu", help="CPU to pin to (default: the last)"),
+    sender: str = typer.Option("tx_ring", "--sender",
+                               help="tx_ring (AF_PACKET transmit ring), sendmmsg, or "
+                                    "live_frames (a BPF test run, where the kernel allows it)"),
 ) -> None:
     """MTU-size VXLAN through one legacy, one crosszone and one floor gateway (same
     generator): pps, Gbps, CPU ns per forwarded packet, corrupted/misrouted counts."""
-    from crosszone.bench.forward import run_bench, teardown
+    from crosszone.bench.forward import SENDERS, check_sender, run_bench, teardown
 
     _need_root("the emulator creates network namespaces")
+    if sender not in SENDERS:
+        Console(stderr=True).print(f"error: --sender {sender!r}: one of {', '.join(SENDERS)}",
+                                   markup=False)
+        raise typer.Exit(2)
+    check_sender(sender)
     with Progress("bench forward") as p:
-        p.step(f"{rounds} rounds of {seconds:g} s per row (legacy, crosszone, floor)")
+        p.step(f"{rounds} rounds of {seconds:g} s per row (generator, floor, crosszone, legacy;"
+               f" sender {sender})")
         try:
-            run_bench(seconds=seconds, cpu=None if cpu < 0 else cpu, rounds=rounds)
+            run_bench(seconds=seconds, cpu=None if cpu < 0 else cpu, rounds=rounds,
+                      sender=sender)
         finally:
             p.step("removing the benchmark's namespaces")
             teardown()

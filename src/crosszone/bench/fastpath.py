@@ -17,6 +17,12 @@ The floor, a MAC swap returning XDP_TX, carries the same harness in both. Freshn
 not assumed: the program's reason counters must grow by exactly the number of iterations, all
 under the scenario's expected reason (a stale frame is counted under another).
 
+Live frames are not everywhere: kernels before 5.18 lack them and a security policy (a BPF LSM)
+may refuse them. One probe (fastpath/live_frames.py) decides; where refused, every live
+scenario prints `{"scenario": ..., "mode": "live_frames", "unavailable": "<errno: reason>"}`
+and the restore-harness lines follow as usual. The last line is a summary saying which modes
+ran.
+
 Each scenario is measured in interleaved rounds (floor, program, LPM-trie baseline) on the same
 frame and CPU; the median of the rounds is reported with the ratios, and the fastest round of
 each (`best_*`) with theirs. Nothing here is a test.
@@ -47,10 +53,11 @@ import numpy as np
 from crosszone.abi import layout as L
 from crosszone.abi.objects import BUILD_DIR
 from crosszone.abi.reasons import Reason
-from crosszone.bench.fastpath_policy import clock_costs, policy_scenarios
+from crosszone.bench.fastpath_policy import POLICY_SCENARIOS, clock_costs, policy_scenarios
 from crosszone.compile.encode import RouteArrays, encode_hosts, encode_route_arrays, encode_tables
 from crosszone.compile.tables import Group, HostEntry, Nexthop, Port, StorageFacing, Tables, Vpc
 from crosszone.fastpath.libbpf import BPF_F_TEST_XDP_LIVE_FRAMES, BpfObject, xdp_ctx
+from crosszone.fastpath.live_frames import probe
 from crosszone.fastpath.maps_io import GatewayMaps
 from crosszone.fastpath.sink import program
 
@@ -60,6 +67,9 @@ LIVE_BATCH = 64  # frames per live-frames batch (the kernel's default)
 #: (mode label, object name suffix, live frames): live frames first, the headline figures.
 MODES = (("live_frames", "_live", True), ("test_run_restore_harness", "", False))
 BUILD = BUILD_DIR
+#: The scenarios of one mode, in the order they are printed.
+SCENARIOS = ("ipv4_decap_1m_routes", "miss_drop", "ipv4_decap_1m_routes_spread",
+             "ipv6_decap_1m_routes", "return_encap_100k_hosts")
 PACKET_BYTES = 1514
 VNI = 100
 HOST_VTEP = "10.1.0.1"
@@ -366,15 +376,23 @@ def run_bench(
         emit(json.dumps(obj))
 
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})
+    live = probe()
+    modes = [m for m in MODES if live.allowed or not m[2]]
+    if not live.allowed:
+        names = () if policy_only else SCENARIOS
+        for scenario in (*names, *POLICY_SCENARIOS, "policy_clock_costs"):
+            out({"scenario": scenario, "mode": "live_frames",
+                 "unavailable": live.unavailable()})
     tables = bench_tables(LOOPBACK)
     r4, r6 = route_arrays4(routes), route_arrays6(routes)
     fwd = Reason.FWD_TO_STORAGE
     frames = (vxlan_frame(DST4), vxlan_frame("16.0.0.7"), reply_frame(hosts // 2))
     if policy_only:
-        for mode, sfx, live in MODES:
-            policy_scenarios(_loader(sfx, live, r4), tables, frames, hosts, repeat, rounds, out,
-                             {"mode": mode, "routes": len(r4.plen)})
-            _clock_row(sfx, live, frames[0], repeat, rounds, out, mode)
+        for mode, sfx, is_live in modes:
+            policy_scenarios(_loader(sfx, is_live, r4), tables, frames, hosts, repeat, rounds,
+                             out, {"mode": mode, "routes": len(r4.plen)})
+            _clock_row(sfx, is_live, frames[0], repeat, rounds, out, mode)
+        _summary(results, live.unavailable(), emit, cond)
         return results
 
     # Programming speed: bulk arrays -> the slot table of an empty gateway, by the one path
@@ -389,17 +407,18 @@ def run_bench(
     out({"scenario": "program_routes", "routes": n, "seconds": round(secs, 3),
          "routes_per_s": round(n / secs)})
 
-    for mode, sfx, live in MODES:
+    for mode, sfx, is_live in modes:
         def gw(name: str, rt: RouteArrays | None = None, n_hosts: int = 0,
-               sfx: str = sfx, live: bool = live) -> Loaded:
-            return load_gateway(f"{name}{sfx}.o", tables, rt, n_hosts, live)
+               sfx: str = sfx, is_live: bool = is_live) -> Loaded:
+            return load_gateway(f"{name}{sfx}.o", tables, rt, n_hosts, is_live)
 
-        floor, raw_floor = load_floor(f"bench_floor{sfx}.o", live), load_floor("xdp_floor.o", live)
+        floor = load_floor(f"bench_floor{sfx}.o", is_live)
+        raw_floor = load_floor("xdp_floor.o", is_live)
         tag = {"mode": mode}
 
         prog, lpm = gw("bench_gateway", r4), gw("bench_gateway_lpm", r4)
-        decap = load_floor(f"bench_floor_decap{sfx}.o", live)
-        decap_lpm = load_floor(f"bench_floor_decap_lpm{sfx}.o", live)
+        decap = load_floor(f"bench_floor_decap{sfx}.o", is_live)
+        decap_lpm = load_floor(f"bench_floor_decap_lpm{sfx}.o", is_live)
         program(GatewayMaps.of(decap_lpm.obj), {"routes4": encode_route_arrays(r4)[1]})
         row = measure(raw_floor, vxlan_frame(DST4), floor, prog, fwd, repeat, rounds, lpm,
                       (decap, decap_lpm))
@@ -430,9 +449,31 @@ def run_bench(
                       repeat, rounds)
         out({"scenario": "return_encap_100k_hosts", "hosts": hosts, **tag, **row})
         enc.close()
-        policy_scenarios(_loader(sfx, live, r4), tables, frames, hosts, repeat, rounds, out,
+        policy_scenarios(_loader(sfx, is_live, r4), tables, frames, hosts, repeat, rounds, out,
                          {**tag, "routes": len(r4.plen)})
-        _clock_row(sfx, live, frames[0], repeat, rounds, out, mode)
+        _clock_row(sfx, is_live, frames[0], repeat, rounds, out, mode)
         floor.close()
         raw_floor.close()
+    _summary(results, live.unavailable(), emit, cond)
     return results
+
+
+def _summary(results: list[dict], unavailable: str, emit: Callable[[str], object],
+             cond: dict) -> None:
+    """The last line: which modes ran, how many scenario lines each gave, and, where live
+    frames were refused, the kernel's answer (the restore harness is then the only figure)."""
+    measured: dict[str, int] = {}
+    for r in results:
+        if "mode" in r and "unavailable" not in r:
+            measured[r["mode"]] = measured.get(r["mode"], 0) + 1
+    summary: dict[str, object] = {
+        "summary": True, "modes_measured": measured,
+        "live_frames": "unavailable" if unavailable else "measured",
+        # scenarios in which some iteration was not counted under its expected reason
+        "unverified": [f"{r['scenario']}/{r['mode']}" for r in results
+                       if r.get("every_iteration_verified") is False],
+        **cond}
+    if unavailable:
+        summary["live_frames_unavailable"] = unavailable
+    results.append(summary)
+    emit(json.dumps(summary))

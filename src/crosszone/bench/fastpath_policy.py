@@ -130,6 +130,10 @@ def clock_costs(load_floor: Callable[[str], Loaded], frame: bytes, repeat: int,
     return out
 
 
+#: The scenarios `policy_scenarios` emits, in order.
+POLICY_SCENARIOS = ("policy_ipv4_decap", "policy_ipv4_decap_spread", "policy_return_encap")
+
+
 def policy_scenarios(load: Callable[[str, Tables, int], Loaded], tables: Tables,
                      frames: tuple[bytes, bytes, bytes], hosts: int, repeat: int, rounds: int,
                      emit: Callable[[dict], None], tag: dict) -> None:

@@ -6,17 +6,20 @@ Path, rebuilt for every row so that rows share nothing:
 
 (with CROSSZONE_EMULATE_INSTANCE=f: czbenchf-gen and so on, and the pins under czbenchf.)
 
-- Generator: BPF_PROG_TEST_RUN in live-frames mode (batch 64) of a cz_floor-like XDP_TX program
-  (bpf/bench_forward_gen.c: it rewrites the headers, then XDP_TX) with ingress g0: every iteration
-  transmits the original frame out of g0 into the gateway's c0. The process is pinned to one
-  CPU; the veth hands frames on in softirq on that CPU, so the generator, the gateway and the
-  sink all run on it, and its busy time per forwarded packet (/proc/stat) is the cost of one
-  packet end to end; `gateway_ns_per_pkt` subtracts the generator row's cost (generate + drop).
+- Generator: cz_sender (bench/sender/cz_sender.c, built by `make build`) in the generator's
+  namespace puts the frame on g0 through an AF_PACKET transmit ring with PACKET_QDISC_BYPASS,
+  an ordinary sender that needs no BPF test run (docs/emulate.md: why this one). The process
+  is pinned to one CPU; the veth hands frames on in softirq on that CPU, so the sender, the
+  gateway and the sink all run on it, and its busy time per forwarded packet (/proc/stat, read
+  by the sender around its measured phase) is the cost of one packet end to end;
+  `gateway_ns_per_pkt` subtracts the generator row's cost (send + drop at c0). `--sender`
+  picks cz_sender's sendmmsg mode, or the former live-frames test run (bpf/bench_forward_gen.c)
+  where the kernel allows it, for comparison.
 - Gateway: legacy (VXLAN device + nftables translation + routing, as in the emulator), crosszone
   (`crosszone fastpath attach` with an intent for this path) or floor (strip 50 bytes, rewrite
   MACs, redirect: nothing forwards for less on this path).
 - Sink: an XDP program on r0 (bpf/bench_forward_sink.c) that validates and counts good,
-  corrupted and misrouted frames. The three programs are built by `make build`.
+  corrupted and misrouted frames; frames sent and not counted good are `lost`.
 - Generator's own rate: the same generator into a c0 that runs XDP_DROP.
 - Rounds: every row is measured once per round, rounds interleaved; each kind's line is its
   median round, and the summary's ratios are medians of per-round ratios (listed in `*_rounds`).
@@ -47,6 +50,7 @@ import yaml
 from crosszone.abi.objects import BUILD_DIR, object_path
 from crosszone.emulate.crosszone_gateway import crosszone_bin
 from crosszone.emulate.topology import INSTANCE
+from crosszone.linux.environment import EnvironmentProblem
 
 # Named after the emulator instance (CROSSZONE_EMULATE_INSTANCE) like everything the emulator
 # owns: `teardown` removes these names first, so a second instance's bench (or demo, part 3)
@@ -69,6 +73,25 @@ GEN_HEADER_BYTES = 96  # struct hdr of bpf/bench_forward_gen.c: rewritten on eve
 # name in this module -> object built by `make build` from bpf/bench_forward_NAME.c
 BENCH_PROGRAMS = {"gen": "bench_forward_gen", "sink": "bench_forward_sink",
                   "floor_fwd": "bench_forward_floor"}
+#: The generator's sender, built by `make build` from bench/sender/cz_sender.c.
+SENDER = BUILD / "cz_sender"
+#: Senders: cz_sender's two modes, and the former live-frames test run (where allowed).
+SENDERS = ("tx_ring", "sendmmsg", "live_frames")
+#: The fastest here (docs/emulate.md: tx_ring against sendmmsg and live frames, same run).
+DEFAULT_SENDER = "tx_ring"
+SENDER_DESCRIPTION = {
+    "tx_ring": "cz_sender: AF_PACKET TPACKET_V2 transmit ring, PACKET_QDISC_BYPASS",
+    "sendmmsg": "cz_sender: AF_PACKET sendmmsg of 64 frames, PACKET_QDISC_BYPASS",
+    "live_frames": "BPF_PROG_TEST_RUN live frames, batch 64, XDP_TX (header rewrite)",
+}
+
+
+class BenchEnvironmentError(EnvironmentProblem):
+    """The bench could not get what it needs from this machine (a sender, a kernel feature)."""
+
+    def __init__(self, message: str) -> None:
+        needed, _, answer = message.partition(": ")
+        super().__init__(needed, answer or "failed")
 
 
 def _ip(*argv: str, check: bool = True) -> None:
@@ -279,13 +302,30 @@ def _legacy(objs: dict[str, Path]) -> None:
     _in(GW, "ethtool", "-K", "c0", "gro", "on")
 
 
-def bench_objects() -> dict[str, Path]:
-    """The generator, sink and floor-forward objects that `make build` put in build/."""
+def bench_objects(sender: str = DEFAULT_SENDER) -> dict[str, Path]:
+    """The generator, sink and floor-forward objects that `make build` put in build/ (and the
+    sender, checked here so that a missing build fails before any namespace exists)."""
     objs = {name: object_path(obj) for name, obj in BENCH_PROGRAMS.items()}
     missing = [str(p) for p in objs.values() if not p.exists()]
+    if sender != "live_frames" and not SENDER.exists():
+        missing.append(str(SENDER))
     if missing:
-        raise RuntimeError(f"missing {', '.join(missing)}: run `make build`")
+        raise EnvironmentProblem(f"the benchmark's programs {', '.join(missing)}",
+                                 "missing (run `make build`)")
     return objs
+
+
+def check_sender(sender: str) -> None:
+    """Refuse an unknown sender, or live frames where the kernel refuses them (one probe)."""
+    if sender not in SENDERS:
+        raise ValueError(f"unknown sender {sender!r}: one of {', '.join(SENDERS)}")
+    if sender == "live_frames":
+        from crosszone.fastpath.live_frames import probe
+
+        answer = probe()
+        if not answer.allowed:
+            raise EnvironmentProblem("live-frames test runs (--sender live_frames)",
+                                     answer.unavailable())
 
 
 def _sum_counts(counts: Any) -> list[int]:
@@ -296,41 +336,94 @@ def _sum_counts(counts: Any) -> list[int]:
     return out
 
 
-def run_row(kind: str, objs: dict[str, Path], seconds: float, cpu: int,
-            frame: bytes) -> dict[str, Any]:
-    """Measure one row: forwarded pps at the sink, busy ns of the pinned CPU per packet."""
+def _sender_argv(mode: str, g0: int, frame_file: Path, seconds: float) -> list[str]:
+    return ["ip", "netns", "exec", GEN, str(SENDER), "--mode", mode, "--ifindex", str(g0),
+            "--frame", str(frame_file), "--seconds", f"{seconds:g}"]
+
+
+@contextmanager
+def _sender(mode: str, g0: int, frame: bytes, seconds: float) -> Iterator[Callable[[], dict]]:
+    """Start cz_sender in the generator's namespace and let it warm up; yields go(), which
+    runs the measured phase and returns the sender's report (frames sent, ns, busy ns)."""
+    with tempfile.TemporaryDirectory(prefix="czbench-") as tmp:
+        frame_file = Path(tmp) / "frame"
+        frame_file.write_bytes(frame)
+        proc = subprocess.Popen(_sender_argv(mode, g0, frame_file, seconds),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+
+        def failed() -> BenchEnvironmentError:
+            proc.kill()
+            err = proc.stderr.read().strip() if proc.stderr else ""
+            return BenchEnvironmentError(f"cz_sender ({mode}) on {GEN}/g0: "
+                                         f"{err or 'exited without a report'}")
+
+        try:
+            if proc.stdout.readline().strip() != "ready":
+                raise failed()
+
+            def go() -> dict:
+                proc.stdin.write("go\n")  # type: ignore[union-attr]
+                proc.stdin.flush()  # type: ignore[union-attr]
+                line = proc.stdout.readline()  # type: ignore[union-attr]
+                try:
+                    return dict(json.loads(line))
+                except (json.JSONDecodeError, TypeError, ValueError):
+                    raise failed() from None
+
+            yield go
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            for f in (proc.stdin, proc.stdout, proc.stderr):
+                f.close()
+
+
+def _live_frames_sender(objs: dict[str, Path], g0: int, frame: bytes, seconds: float,
+                        cpu: int) -> dict:
+    """The former generator, for comparison where the kernel allows live frames: a test run
+    of bpf/bench_forward_gen.c (XDP_TX with ingress g0) in batches of CHUNK frames."""
     from crosszone.fastpath.libbpf import BPF_F_TEST_XDP_LIVE_FRAMES, BpfObject, xdp_ctx
     from crosszone.linux.netns import in_netns
 
-    gen = BpfObject.open(objs["gen"])
-    prog = gen.program("cz_bench_gen")
-    gen.map("gen_hdr").update(struct.pack("<I", 0), frame[:GEN_HEADER_BYTES])
-    try:
-        with bench_path(kind, objs) as path:
-            ctx = xdp_ctx(path["g0"])
+    with BpfObject.open(objs["gen"]) as gen:
+        prog = gen.program("cz_bench_gen")
+        gen.map("gen_hdr").update(struct.pack("<I", 0), frame[:GEN_HEADER_BYTES])
+        ctx = xdp_ctx(g0)
+        busy0, t0 = _cpu_busy_ns(cpu), time.monotonic_ns()
+        sent = 0
+        with in_netns(GEN):
+            while time.monotonic_ns() - t0 < seconds * 1e9:
+                prog.test_run(frame, ctx=ctx, repeat=CHUNK, flags=BPF_F_TEST_XDP_LIVE_FRAMES,
+                              batch_size=64)
+                sent += CHUNK
+        return {"sent": sent, "errors": 0, "ns": time.monotonic_ns() - t0,
+                "busy_ns": _cpu_busy_ns(cpu) - busy0, "mode": "live_frames"}
 
-            def burst(n: int) -> None:
-                with in_netns(GEN):
-                    prog.test_run(frame, ctx=ctx, repeat=n, flags=BPF_F_TEST_XDP_LIVE_FRAMES,
-                                  batch_size=64)
 
-            burst(20_000)  # warm-up: caches, neighbour entries, NAPI
+def run_row(kind: str, objs: dict[str, Path], seconds: float, cpu: int,
+            frame: bytes, sender: str = DEFAULT_SENDER) -> dict[str, Any]:
+    """Measure one row: forwarded pps at the sink, busy ns of the pinned CPU per packet."""
+    with bench_path(kind, objs) as path:
+        others = [c for c in range(os.cpu_count() or 1) if c != cpu]
+        if sender == "live_frames":
+            _live_frames_sender(objs, path["g0"], frame, 0.2, cpu)  # warm-up
             time.sleep(0.1)
             c0 = _sum_counts(path["counts"])
-            others = [c for c in range(os.cpu_count() or 1) if c != cpu]
             other0 = sum(_cpu_busy_ns(c) for c in others)
-            busy0, t0 = _cpu_busy_ns(cpu), time.monotonic()
-            sent = 0
-            while time.monotonic() - t0 < seconds:
-                burst(CHUNK)
-                sent += CHUNK
-            elapsed = time.monotonic() - t0
-            busy = _cpu_busy_ns(cpu) - busy0
-            other = sum(_cpu_busy_ns(c) for c in others) - other0
-            time.sleep(0.05)
-            c1 = _sum_counts(path["counts"])
-    finally:
-        gen.close()
+            rep = _live_frames_sender(objs, path["g0"], frame, seconds, cpu)
+        else:
+            with _sender(sender, path["g0"], frame, seconds) as go:
+                time.sleep(0.1)  # the warm-up's frames reach the sink before the first read
+                c0 = _sum_counts(path["counts"])
+                other0 = sum(_cpu_busy_ns(c) for c in others)
+                rep = go()
+        other = sum(_cpu_busy_ns(c) for c in others) - other0
+        time.sleep(0.05)
+        c1 = _sum_counts(path["counts"])
+    sent, elapsed, busy = int(rep["sent"]), rep["ns"] / 1e9, int(rep["busy_ns"])
     good, corrupted, misrouted, _other = (b - a for a, b in zip(c0, c1, strict=True))
     delivered = good if kind != "generator" else sent
     pps = delivered / elapsed
@@ -342,6 +435,9 @@ def run_row(kind: str, objs: dict[str, Path], seconds: float, cpu: int,
         "cpu_ns_per_pkt": round(busy / delivered, 1) if delivered else None,
         "corrupted": corrupted,
         "misrouted": misrouted,
+        # Frames the sender put on g0 that the sink did not count as good (a full veth ring,
+        # a gateway that dropped them): none when the gateway keeps up with the sender.
+        "lost": max(0, sent - good) if kind != "generator" else 0,
         "offered_pps": round(sent / elapsed),
         "cpu_busy": round(busy / (elapsed * 1e9), 3),
         # The other CPUs' busy share over the run: the bench's work stays on its CPU, so this
@@ -354,7 +450,7 @@ def run_row(kind: str, objs: dict[str, Path], seconds: float, cpu: int,
 def run_bench(seconds: float = 2.0, cpu: int | None = None,
               emit: Callable[[dict[str, Any]], None] = lambda r: print(json.dumps(r)),
               kinds: tuple[str, ...] = ("generator", "floor", "crosszone", "legacy"),
-              rounds: int = 3) -> list[dict[str, Any]]:
+              rounds: int = 3, sender: str = DEFAULT_SENDER) -> list[dict[str, Any]]:
     """Interleaved rounds of every row (generator, floor, crosszone, legacy, again...), then one
     line per kind (its median round) and a summary with the ratios and the conditions.
 
@@ -364,13 +460,14 @@ def run_bench(seconds: float = 2.0, cpu: int | None = None,
     ncpu = os.cpu_count() or 1
     cpu = (ncpu - 1) if cpu is None else cpu
     os.sched_setaffinity(0, {cpu})
+    check_sender(sender)
     frame = bench_frame()
     per: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
-    objs = bench_objects()
+    objs = bench_objects(sender)
     for _ in range(rounds):
         gen_ns = None
         for kind in kinds:
-            row = run_row(kind, objs, seconds, cpu, frame)
+            row = run_row(kind, objs, seconds, cpu, frame, sender)
             if kind == "generator":
                 gen_ns = row["cpu_ns_per_pkt"]
             elif gen_ns is not None and row["cpu_ns_per_pkt"] is not None:
@@ -392,13 +489,14 @@ def run_bench(seconds: float = 2.0, cpu: int | None = None,
         row = dict(ranked[len(ranked) // 2])
         row["corrupted"] = sum(r["corrupted"] for r in runs)
         row["misrouted"] = sum(r["misrouted"] for r in runs)
+        row["lost"] = sum(r["lost"] for r in runs)
         row["rounds"] = len(runs)
         rows.append(row)
         emit(row)
     summary: dict[str, Any] = {
         "summary": True, "kernel": platform.release(), "cpu_model": _cpu_model(),
         "cpu": cpu, "cpus": ncpu, "load_avg_1m": os.getloadavg()[0], "rounds": rounds,
-        "generator": "BPF_PROG_TEST_RUN live frames, batch 64, XDP_TX (header rewrite)",
+        "sender": sender, "generator": SENDER_DESCRIPTION[sender],
     }
 
     def ratio(name: str, a: str, b: str, field: str) -> None:

@@ -210,6 +210,14 @@ def comparison_table(rows: list[Row]) -> Table:
     return t
 
 
+def print_comparison(console: Console, rows: list[Row], verbose: bool) -> None:
+    """The comparison table; with `verbose`, each row's JSON document before it (the table
+    says the same for a reader, and stays on screen)."""
+    for r in rows if verbose else []:
+        console.print_json(json.dumps(r.to_json()))
+    console.print(comparison_table(rows))
+
+
 def with_policy_queues(p: topology.Plan, source: topology.TopologySpec) -> topology.Plan:
     """`p` with the queues and the policy values of `source` (the policy off)."""
     spec = p.spec.model_copy(update={"queues": source.queues, "policy": source.policy})
@@ -304,8 +312,9 @@ def verdict(rows: list[Row], baseline: str, expected: list[str]) -> tuple[int, l
 
 
 def run_demo(console: Console, topology_file: Path = topology.DEFAULT_TOPOLOGY,
-             duration: float = DEMO_DURATION_S) -> int:
-    """The whole demo; 0 on success. Always takes the deployment down."""
+             duration: float = DEMO_DURATION_S, verbose: bool = False) -> int:
+    """The whole demo; 0 on success. Always takes the deployment down. `verbose` also prints
+    each run's raw JSON document (the tables say the same, for a reader)."""
     spec = topology.load(topology_file)
     ex = netns.Executor()
     dep = deploy.Deployment(topology.plan(spec), ex, topology_path=str(topology_file))
@@ -334,9 +343,7 @@ def run_demo(console: Console, topology_file: Path = topology.DEFAULT_TOPOLOGY,
                 rows.append(measured_run(console, ex, dep.plan, kind, duration, idle))
             else:
                 console.print(f"[red]{kind} fast path not attached: no {kind} row[/red]")
-        for r in rows:  # the details first, so the table is what stays on screen
-            console.print_json(json.dumps(r.to_json()))
-        console.print(comparison_table(rows))
+        print_comparison(console, rows, verbose)
         console.print("gateway softirq s/GB: softirq CPU seconds over the run (all CPUs, "
                       "/proc/stat) minus the idle baseline, per GB moved; only the gateways "
                       "differ between rows. Drops: the kind's own counters (nftables / fast-path "

@@ -267,3 +267,81 @@ def test_cluster_after_deltas_holds_the_new_prefixes() -> None:
     pool = r.cluster.storage_pools[1]
     have = {str(n) for n in pool.prefixes.networks()}
     assert {"10.99.0.0/24", "10.98.0.0/24"} <= have
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+def test_first_start_waits_for_a_valid_intent_saying_why(tmp_path: Path, monkeypatch) -> None:
+    """Issue 26, point 3: with no pinned maps (first start, or after a reboot) an agent whose
+    store holds no intent, `intent/core` = `[]`, 100k-deep JSON, a pool chunk without a core,
+    or an intent without its gateway, waits: status `waiting` / `rejecting` with the reason,
+    and it attaches once a valid intent arrives (before: InvalidIntentError ended it)."""
+    from crosszone.agent.agent import ensure_attached
+    from crosszone.fastpath import deploy
+
+    attached: list = []
+    monkeypatch.setattr(deploy, "attach_tables",
+                        lambda tables, pins, netns, write_tables: attached.append(tables))
+    store = SqliteStore(str(tmp_path / "s.db"))
+    no_gw = to_document(CLUSTER)
+    no_gw["gateways"] = [g for g in no_gw["gateways"] if g["name"] != "gw-a"]
+    for v in no_gw["vpcs"]:
+        v.pop("gateways", None)
+    # what the store holds at each try: the agent reads, fails, sleeps, reads the next
+    states: list[dict[str, bytes | None]] = [
+        {CORE: b"[]"}, {CORE: DEEP}, {CORE: None, "pool/checkpoints/007": b"10.1.0.0/16"},
+        {CORE: split_cluster(parse_cluster(yaml.safe_dump(no_gw)))[CORE],
+         "pool/checkpoints/007": None},
+        dict(OBJS)]
+    seen: list[tuple[str, str, dict]] = []
+    said: list[tuple[str, str]] = []
+
+    def sleep(_s: float) -> None:
+        status = json.loads(store.get(STATUS + "gw-a") or b"{}")
+        seen.append((status.get("health"), status.get("message"), status))
+        store.put_many({INTENT + k: v for k, v in states.pop(0).items()})
+
+    try:
+        assert ensure_attached(store, "gw-a", tmp_path / "pins", None, sleep=sleep,
+                               on_wait=lambda h, m: said.append((h, m))) is True
+        assert not states and len(attached) == 1  # attached after the valid intent, once
+        healths = [h for h, _m, _s in seen]
+        assert healths == ["waiting", "rejecting", "rejecting", "rejecting", "rejecting"], seen
+        messages = [m for _h, m, _s in seen]
+        assert "no intent in the store yet" in messages[0]
+        assert "not a JSON object but list" in messages[1]
+        assert "nested too deeply" in messages[2]
+        assert "no intent stored yet" in messages[3]
+        assert "has no gateway 'gw-a'" in messages[4], messages[4]
+        assert all(m.startswith("not attached: ") for m in messages)
+        assert seen[1][2]["revision"] is None and seen[1][2]["rejected"] == 0
+        assert [h for h, _m in said] == healths[:len(said)] and len(said) == len(seen)
+    finally:
+        store.close()
+
+
+def test_first_start_with_the_store_down_says_so(tmp_path: Path, monkeypatch) -> None:
+    from crosszone.agent.agent import ensure_attached
+    from crosszone.fastpath import deploy
+    from crosszone.store.store import StoreUnavailable
+
+    monkeypatch.setattr(deploy, "attach_tables", lambda *a, **k: None)
+    store = SqliteStore(str(tmp_path / "s.db"))
+    real = store.get_prefix
+    down = [True, True]
+
+    def get_prefix(prefix: str):
+        if down:
+            down.pop()
+            raise StoreUnavailable("connection refused")
+        return real(prefix)
+    monkeypatch.setattr(store, "get_prefix", get_prefix)
+    store.put_many({INTENT + k: v for k, v in OBJS.items()})
+    said: list[tuple[str, str]] = []
+    try:
+        assert ensure_attached(store, "gw-a", tmp_path / "pins", None, sleep=lambda s: None,
+                               on_wait=lambda h, m: said.append((h, m)))
+        assert said == [("degraded", "not attached: store unreachable: connection refused")]
+    finally:
+        store.close()

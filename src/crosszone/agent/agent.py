@@ -287,33 +287,63 @@ def fastpath_hooks(agent: Agent, maps: Any) -> None:
 
 
 def ensure_attached(store: Store, gateway: str, pin_dir: Path, netns: str | None,
-                    sleep: Callable[[float], None] = time.sleep, reattach: bool = False) -> bool:
-    """Load and attach the fast path unless it is pinned already (waits for an intent).
+                    sleep: Callable[[float], None] = time.sleep, reattach: bool = False,
+                    on_wait: Callable[[str, str], None] | None = None) -> bool:
+    """Load and attach the fast path unless it is pinned already (waits for a valid intent).
 
     Never writes a table: the program is loaded over the pinned maps (reused when present,
     created empty otherwise) and attached to the gateway's interfaces; the agent's first
     reconcile then writes exactly the difference between those maps and the desired state.
     With reattach, the program is loaded and attached again even when pinned (an upgrade:
-    the new program takes over the live maps). Returns whether a program was attached."""
-    from crosszone.compile.tables import compile_tables
+    the new program takes over the live maps). Returns whether a program was attached.
+
+    Until the store holds an intent whose core is valid and names this gateway (first start,
+    or after a reboot, with `intent/core` missing, `[]`, 100k-deep JSON...), it waits with
+    backoff (0.05 s doubling to 5 s) and reports why in `status/<gateway>`, health `waiting`
+    (no intent), `rejecting` (an invalid one) or `degraded` (store unreachable), and to
+    on_wait(health, message) when that changes."""
+    from crosszone.compile.tables import Tables, compile_tables
     from crosszone.fastpath import deploy
+    from crosszone.intent.errors import InvalidIntentError
     from crosszone.store.objects import join_objects
 
     if not reattach and (pin_dir / "maps").is_dir() and (pin_dir / "prog").exists():
         return False
     backoff = Backoff()
+    said = reported = None  # the last (health, message) told to on_wait and to the store
     while True:
+        tables: Tables | None = None
         try:
-            objs, _ = store.get_prefix(INTENT)
-            if objs:
-                break
-        except StoreUnavailable:
-            pass
+            objs, rev = store.get_prefix(INTENT)
+            # Only the interfaces matter here (write_tables=False), so the core intent (no
+            # pool prefixes) is enough; the chunks are parsed by the reconcile.
+            core = {k[len(INTENT):]: v for k, v in objs.items() if k == INTENT + CORE}
+            if not objs:
+                why = ("waiting", "not attached: no intent in the store yet")
+            else:
+                tables = compile_tables(join_objects(core), gateway, core=True)
+        except StoreUnavailable as exc:
+            why = ("degraded", f"not attached: store unreachable: {exc}")
+        except InvalidIntentError as exc:
+            why = ("rejecting", f"not attached: the intent at revision {rev} is invalid: "
+                   f"{exc}; waiting for a valid one")
+        except KeyError:
+            why = ("rejecting", f"not attached: the intent at revision {rev} has no gateway "
+                   f"{gateway!r}; waiting for one that has")
+        if tables is not None:
+            break
+        if why != said and on_wait is not None:
+            on_wait(*why)
+        said = why
+        if why != reported:
+            try:
+                store.put(STATUS + gateway, json.dumps({
+                    "revision": None, "health": why[0], "message": why[1], "rejected": 0,
+                    "updated": time.time()}).encode())
+                reported = why
+            except StoreUnavailable:
+                pass  # said again at the next try
         sleep(backoff.next())
-    # Only the interfaces matter here (write_tables=False), so the core intent (no pool
-    # prefixes) is enough; the chunks are parsed by the reconcile.
-    core = {k[len(INTENT):]: v for k, v in objs.items() if k == INTENT + CORE}
-    tables = compile_tables(join_objects(core), gateway, core=True)
     deploy.attach_tables(tables, pin_dir, netns, write_tables=False)
     return True
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 
 def agent_cmd(
@@ -64,7 +65,10 @@ def agent_cmd(
     st = open_store(store)
     console = Console(stderr=True)
     console.print(f"agent {gateway}: store {store}, pins {pins}", highlight=False)
-    ensure_attached(st, gateway, pins, netns or None, reattach=reattach)
+    # A missing or invalid intent on the first start: wait for a valid one, saying why.
+    ensure_attached(st, gateway, pins, netns or None, reattach=reattach,
+                    on_wait=lambda health, why: console.print(
+                        f"health {health} {escape(why)}", highlight=False))
     maps = pinned_maps(pins)
     sink = MapSink(maps, netns or None)
     agent = Agent(gateway, st, sink, ifindex_in(netns or None),

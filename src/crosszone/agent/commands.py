@@ -64,7 +64,7 @@ def agent_cmd(
     pins = pin_dir or Path("/sys/fs/bpf/crosszone") / gateway
     st = open_store(store)
     console = Console(stderr=True)
-    console.print(f"agent {gateway}: store {store}, pins {pins}", highlight=False)
+    console.print(escape(f"agent {gateway}: store {store}, pins {pins}"), highlight=False)
     # A missing or invalid intent on the first start: wait for a valid one, saying why.
     ensure_attached(st, gateway, pins, netns or None, reattach=reattach,
                     on_wait=lambda health, why: console.print(
@@ -94,11 +94,11 @@ def agent_cmd(
     while not stop["now"]:
         res = agent.step(timeout=0.5)
         if res is not None:
-            console.print(f"revision {res.revision}: {res.mode}, {res.puts} puts, "
-                          f"{res.deletes} deletes in {res.seconds * 1000:.1f} ms"
-                          + (f" ({res.error})" if res.error else ""), highlight=False)
+            console.print(escape(f"revision {res.revision}: {res.mode}, {res.puts} puts, "
+                                 f"{res.deletes} deletes in {res.seconds * 1000:.1f} ms"
+                                 + (f" ({res.error})" if res.error else "")), highlight=False)
         if agent.health != last:
-            console.print(f"health {agent.health} {agent.message}", highlight=False)
+            console.print(escape(f"health {agent.health} {agent.message}"), highlight=False)
             last = agent.health
         if once and agent.started:
             break

@@ -1,4 +1,9 @@
-"""`crosszone controller`, `crosszone apply FILE [--dry-run]`, `crosszone status`."""
+"""`crosszone controller`, `crosszone apply FILE [--dry-run]`, `crosszone status`, `crosszone top`.
+
+Everything printed that comes from a file, the controller or the store (names, messages,
+errors) goes through rich.markup.escape: a `[/x]` in a pool name or an agent's message is
+text, not markup (an unmatched closing tag used to end the command with a MarkupError).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 console = Console()
@@ -17,7 +23,7 @@ DEFAULT_MAX_BODY = 64 << 20  # = control.api.DEFAULT_MAX_BODY (not imported: kee
 
 
 def _fail(msg: str) -> None:
-    Console(stderr=True).print(f"[red]error:[/red] {msg}", highlight=False)
+    Console(stderr=True).print(f"[red]error:[/red] {escape(msg)}", highlight=False)
     raise typer.Exit(2)
 
 
@@ -81,7 +87,7 @@ def controller_cmd(
         Path(store.removeprefix("sqlite://")).parent.mkdir(parents=True, exist_ok=True)
     ctl = Controller(open_store(store))
     if ctl.stored_problem:
-        Console(stderr=True).print(f"[yellow]warning:[/yellow] {ctl.stored_problem}",
+        Console(stderr=True).print(f"[yellow]warning:[/yellow] {escape(ctl.stored_problem)}",
                                    highlight=False)
     host, _, port = listen.rpartition(":")
     app = create_app(ctl, token, max_body, open_reads=reads == "open",
@@ -137,18 +143,19 @@ def apply_cmd(
         return
     title = "dry run: nothing applied" if dry_run else (
         f"applied as revision {out['revision']}" if out["revision"] else "no change")
-    table = Table(title=f"{file}: {title}")
+    table = Table(title=escape(f"{file}: {title}"))
     for col in ("gateway", "map", "put", "delete"):
         table.add_column(col)
     for gw, d in sorted(out["gateways"].items()):
         if d.get("removed"):
-            table.add_row(gw, "(gateway removed from the intent)", "", "")
+            table.add_row(escape(gw), "(gateway removed from the intent)", "", "")
             continue
         maps = sorted(set(d["put"]) | set(d["delete"]))
         if not maps:
-            table.add_row(gw, "(no change)", "0", "0")
+            table.add_row(escape(gw), "(no change)", "0", "0")
         for m in maps:
-            table.add_row(gw, m, str(d["put"].get(m, 0)), str(d["delete"].get(m, 0)))
+            table.add_row(*(escape(str(x)) for x in (gw, m, d["put"].get(m, 0),
+                                                     d["delete"].get(m, 0))))
     console.print(table)
     console.print(f"store objects changed: {len(out['changed'])}", highlight=False)
 
@@ -167,18 +174,18 @@ def status_cmd(
         _fail(str(exc))
         return
     want = out["desired_revision"]
-    table = Table(title=f"desired revision {want}")
+    table = Table(title=escape(f"desired revision {want}"))
     for col in ("gateway", "health", "applied", "in sync", "routes", "hosts", "forwarded",
                 "dropped", "rejected", "message"):
         table.add_column(col)
     for gw, s in sorted(out["gateways"].items()):
         c = s.get("counters", {})
-        table.add_row(gw, s.get("health", "?"), str(s.get("revision")),
-                      "yes" if in_sync(s.get("revision"), want) else "no",
-                      str(s.get("occupancy", {}).get("routes4", "")),
-                      str(s.get("occupancy", {}).get("hosts", "")),
-                      str(c.get("forwarded", "")), str(c.get("dropped", "")),
-                      str(s.get("rejected", "")), s.get("message", "") or "")
+        table.add_row(*(escape(str(x)) for x in (
+            gw, s.get("health", "?"), s.get("revision"),
+            "yes" if in_sync(s.get("revision"), want) else "no",
+            s.get("occupancy", {}).get("routes4", ""), s.get("occupancy", {}).get("hosts", ""),
+            c.get("forwarded", ""), c.get("dropped", ""), s.get("rejected", ""),
+            s.get("message", "") or "")))
     console.print(table)
 
 

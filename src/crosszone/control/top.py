@@ -2,7 +2,8 @@
 
 It polls the same `GET /v1/dashboard` the browser polls and draws it with rich: gateways
 (health, revision, BGP, BFD, fast path), per-VPC Gbit/s and packets/s in both directions, drops
-and passes by reason, and the migration's step, weight and guards.
+and passes by reason, and the migration's step, weight and guards. Names and messages from the store are escaped
+(rich.markup.escape) or put in Text objects, never read as markup.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -33,17 +35,18 @@ def _attached(a: dict[str, bool] | None) -> Text:
 
 def gateway_table(doc: dict[str, Any]) -> Table:
     """One row per gateway."""
-    t = Table(title=f"gateways (desired revision {doc.get('desired_revision')})",
+    t = Table(title=escape(f"gateways (desired revision {doc.get('desired_revision')})"),
               title_justify="left")
     for col in ("gateway", "health", "revision", "BGP", "BFD", "fast path", "message"):
         t.add_column(col)
     for g in doc["gateways"]:
         rev = "-" if g["revision"] is None else str(g["revision"])
-        t.add_row(g["name"], Text(g["health"], style="green" if g["health"] == "ok" else "red"),
+        t.add_row(escape(str(g["name"])),
+                  Text(str(g["health"]), style="green" if g["health"] == "ok" else "red"),
                   Text(rev if g["in_sync"] else f"{rev} (behind)",
                        style="" if g["in_sync"] else "yellow"),
                   _sessions(g["bgp"]), _sessions(g["bfd"]), _attached(g["attached"]),
-                  g["message"])
+                  escape(str(g["message"])))
     return t
 
 
@@ -71,7 +74,7 @@ def vpc_table(doc: dict[str, Any]) -> Table:
     for _, title, _ in cols:
         t.add_column(title, justify="right")
     for vpc, row in sorted(vpc_rows(doc).items()):
-        t.add_row(vpc, *(_num(row.get(k), d) for k, _, d in cols))
+        t.add_row(escape(str(vpc)), *(_num(row.get(k), d) for k, _, d in cols))
     return t
 
 
@@ -81,8 +84,8 @@ def reason_table(doc: dict[str, Any]) -> Table:
     for col, j in (("verdict", "left"), ("reason", "left"), ("packets/s", "right")):
         t.add_column(col, justify=j)  # type: ignore[arg-type]
     for s in latest(doc["series"]["verdicts"]):
-        t.add_row(Text(s["verdict"], style="red" if s["verdict"] == "drop" else "dim"),
-                  s["reason"], _num(s["value"], 1))
+        t.add_row(Text(str(s["verdict"]), style="red" if s["verdict"] == "drop" else "dim"),
+                  escape(str(s["reason"])), _num(s["value"], 1))
     return t
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 
 from crosszone.intent.errors import InvalidIntentError
 
@@ -24,7 +25,8 @@ def check_cmd(file: Path = typer.Argument(..., help="Intent YAML (version 1 or 2
         # only asked for the version
         c, version = load_versioned(file)
     except InvalidIntentError as exc:
-        Console(stderr=True).print(f"[red]invalid:[/red] {exc}", highlight=False)
+        # escaped: the message quotes the file (a key, a name, the path), which may hold `[/x]`
+        Console(stderr=True).print(f"[red]invalid:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(2) from None
     counts = table_counts(c)
     routes, addrs = counts["routes"], counts["hosts"]
@@ -36,7 +38,7 @@ def check_cmd(file: Path = typer.Argument(..., help="Intent YAML (version 1 or 2
     def n(count: int, what: str) -> str:
         return f"{count} {what}" + ("" if count == 1 else "s")
 
-    Console().print(f"{file}: valid{note}: {n(len(c.gateways), 'gateway')}, "
+    Console().print(f"{escape(str(file))}: valid{note}: {n(len(c.gateways), 'gateway')}, "
                     f"{n(len(c.vpcs), 'VPC')}, {n(routes, 'route')}, {n(hosts, 'host')} "
                     f"({addrs} address{'' if addrs == 1 else 'es'}), "
                     f"{n(len(c.storage_pools), 'storage pool')}", highlight=False)
@@ -50,7 +52,7 @@ def migrate_cmd(file: Path = typer.Argument(..., help="A version-1 intent file."
     try:
         c = load_cluster(file)
     except InvalidIntentError as exc:
-        Console(stderr=True).print(f"[red]invalid:[/red] {exc}", highlight=False)
+        Console(stderr=True).print(f"[red]invalid:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(2) from None
     yaml.safe_dump(to_document(c), sys.stdout, sort_keys=False, default_flow_style=None)
 

@@ -2,8 +2,8 @@
 
 It polls the same `GET /v1/dashboard` the browser polls and draws it with rich: gateways
 (health, revision, BGP, BFD, fast path), per-VPC Gbit/s and packets/s in both directions, drops
-and passes by reason, and the migration's step, weight and guards. Names and messages from the store are escaped
-(rich.markup.escape) or put in Text objects, never read as markup.
+and passes by reason, and the migration's step, weight and guards. Names and messages from the
+store are escaped (rich.markup.escape) or put in Text objects, never read as markup.
 """
 
 from __future__ import annotations

@@ -162,14 +162,17 @@ def apply_cmd(
 
 def status_cmd(
     url: str = typer.Option(DEFAULT_URL, "--controller", envvar="CROSSZONE_CONTROLLER"),
+    token_file: Path | None = _TOKEN_FILE,
+    argv_token: str | None = _ARGV_TOKEN,
     ca_cert: Path | None = _CA_CERT,
 ) -> None:
-    """Per-gateway status: revision applied, health, counters."""
+    """Per-gateway status: revision applied, health, counters (the token, when reads need
+    it, from CROSSZONE_TOKEN or --token-file)."""
     from crosszone.control.client import ControllerError
     from crosszone.control.dashboard import in_sync
 
     try:
-        out = _client(url, "", ca_cert).status()
+        out = _client(url, read_token(token_file, argv_token), ca_cert).status()
     except ControllerError as exc:
         _fail(str(exc))
         return

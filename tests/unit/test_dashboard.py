@@ -302,3 +302,25 @@ def test_migration_route_steps_aside_for_the_engines_own(store) -> None:
                                                   (5, None, False)])
 def test_in_sync(applied, desired, want) -> None:
     assert dashboard.in_sync(applied, desired) is want
+
+
+def test_a_metric_that_is_no_number_is_skipped_and_counted(store, tmp_path: Path) -> None:
+    """Issue 26, point 6: a 401-digit `revision` in a gateway's report or `step` in the
+    migration record made float() overflow and /metrics answer 500. Such a sample is left
+    out and counted; the rest of the scrape is served."""
+    huge = 10 ** 400
+    store.put(STATUS + "gw-a", json.dumps({"revision": huge, "health": "ok"}).encode())
+    store.put(dashboard.MIGRATION_KEY, json.dumps(
+        {**MIGRATION, "step": huge, "weight_new": "half"}).encode())
+    api = _api(store, tmp_path)
+    r = api.get("/metrics")
+    assert r.status_code == 200, r.text
+    text = r.text
+    assert 'crosszone_gateway_revision{gateway="gw-a"}' not in text
+    assert 'crosszone_gateway_revision{gateway="gw-b"} 1.0' in text
+    assert 'crosszone_gateway_health{gateway="gw-a",health="ok"} 1.0' in text
+    assert "crosszone_migration_step " not in text
+    assert "crosszone_migration_weight_new_ratio " not in text
+    assert 'crosszone_migration_guard_ok{guard="bfd"} 0.0' in text
+    assert "crosszone_metrics_skipped_samples_total 3.0" in text  # revision, step, weight
+    assert "crosszone_metrics_skipped_samples_total 6.0" in api.get("/metrics").text

@@ -7,17 +7,22 @@
     crosszone_migration_step                       the migration's step (absent without one)
     crosszone_migration_weight_new_ratio           share of traffic on the new gateways, 0..1
     crosszone_migration_guard_ok{guard}            1 while a guard holds
+    crosszone_metrics_skipped_samples_total        samples left out: their value is no number
 
-Nothing is cached: a scrape sees what `/v1/status` and `/v1/migration` would answer.
+Nothing is cached: a scrape sees what `/v1/status` and `/v1/migration` would answer. The
+gateways' reports and the migration record come from the store, so any value may be odd: one
+that is no finite-or-infinite float (a 401-digit `revision`, a string `step`) is left out and
+counted, and the rest of the scrape goes on (it used to answer 500 with an OverflowError).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from crosszone.control.dashboard import in_sync
@@ -30,8 +35,21 @@ class ControllerCollector(Collector):
     def __init__(self, status: Callable[[], dict[str, Any]],
                  migration: Callable[[], dict[str, Any]]) -> None:
         self.status, self.migration = status, migration
+        self.skipped = 0  # samples left out since the start (scrapes may run concurrently)
+        self._lock = threading.Lock()
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def _number(self, value: Any) -> float | None:
+        """value as a sample, or None (and counted) when it is no number a float can hold."""
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            try:
+                return float(value)
+            except OverflowError:  # an int beyond 1.8e308
+                pass
+        with self._lock:
+            self.skipped += 1
+        return None
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         """Yield the gauges (none when the store does not answer)."""
         try:
             st, mig = self.status(), self.migration()
@@ -52,26 +70,33 @@ class ControllerCollector(Collector):
                                    labels=["gateway", "health"])
         for gw, s in sorted(st.get("gateways", {}).items()):
             r = s.get("revision")
-            if isinstance(r, int):
-                rev.add_metric([gw], float(r))
+            if r is not None and (v := self._number(r)) is not None:
+                rev.add_metric([gw], v)
             sync.add_metric([gw], 1.0 if in_sync(r, want) else 0.0)
             health.add_metric([gw, str(s.get("health", "unknown"))], 1.0)
         yield rev
         yield sync
         yield health
-        yield from _migration(mig)
+        yield from self._migration(mig)
+        skipped = CounterMetricFamily("crosszone_metrics_skipped_samples",
+                                      "Samples left out because their value is no number")
+        skipped.add_metric([], float(self.skipped))
+        yield skipped
+
+    def _migration(self, mig: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
+        if mig.get("state") in (None, "none", "unreadable"):
+            return
+        for name, key, doc in (("crosszone_migration_step", "step", "Step of the migration"),
+                               ("crosszone_migration_weight_new_ratio", "weight_new",
+                                "Share of traffic on the new gateways (0..1)")):
+            if key in mig and (v := self._number(mig[key])) is not None:
+                g = GaugeMetricFamily(name, doc)
+                g.add_metric([], v)
+                yield g
+        yield from _guards(mig)
 
 
-def _migration(mig: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
-    if mig.get("state") in (None, "none", "unreadable"):
-        return
-    for name, key, doc in (("crosszone_migration_step", "step", "Step of the migration"),
-                           ("crosszone_migration_weight_new_ratio", "weight_new",
-                            "Share of traffic on the new gateways (0..1)")):
-        if isinstance(mig.get(key), int | float) and not isinstance(mig.get(key), bool):
-            g = GaugeMetricFamily(name, doc)
-            g.add_metric([], float(mig[key]))
-            yield g
+def _guards(mig: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
     raw = mig.get("guards")
     guards = [x for x in raw if isinstance(x, dict) and "name" in x] if isinstance(
         raw, list) else []

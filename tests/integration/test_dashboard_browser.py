@@ -182,10 +182,10 @@ def test_dashboard_in_a_browser(deployment: deploy.Deployment, tmp_path: Path) -
         # ---- a migration step shows up ----
         store = open_store(status["controller"]["store"])
         now = time.time()
-        record = {"state": "shifting", "step": 2, "weight_new": 0.25,
-                  "history": [{"t": now - 8, "event": "start", "step": 0, "weight_new": 0.0,
+        record = {"state": "shifting", "step": 2, "weight_new": 25,  # percent, as the engine
+                  "history": [{"t": now - 8, "event": "start", "step": 0, "weight_new": 0,
                                "reason": "canary address proven"},
-                              {"t": now, "event": "step", "step": 2, "weight_new": 0.25,
+                              {"t": now, "event": "step", "step": 2, "weight_new": 25,
                                "reason": "guards held for 30 s"}],
                   "guards": [{"name": "lost_packets", "value": 0, "limit": 0, "ok": True},
                              {"name": "bfd_down", "value": 0, "limit": 0, "ok": True}]}
@@ -196,7 +196,7 @@ def test_dashboard_in_a_browser(deployment: deploy.Deployment, tmp_path: Path) -
         t0 = time.monotonic()
         wait_for("the migration step on the page", lambda: driver.execute_script(
             "const m = document.querySelector('#migration [data-state=shifting]');"
-            "return m && m.innerText.includes('step 2') && "
+            "return m && m.innerText.includes('step 2, 25 % on the new gateways') && "
             "document.querySelectorAll('#history li[data-step=\"2\"]').length === 1"), 10)
         figures["migration_step_shown_after_s"] = round(time.monotonic() - t0, 1)
         assert driver.find_elements("css selector", "#guards tr[data-guard=lost_packets]")

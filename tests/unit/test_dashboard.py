@@ -22,10 +22,11 @@ from crosszone.store.store import STATUS
 
 AUTH = {"Authorization": "Bearer s3cret"}
 T0 = 1_000_000.0
-MIGRATION = {"state": "shifting", "step": 3, "weight_new": 0.25,
-             "history": [{"t": T0 - 20, "event": "start", "step": 0, "weight_new": 0.0,
+# as the engine writes it (migrate/engine.py): weight_new in percent
+MIGRATION = {"state": "shifting", "step": 3, "weight_new": 25,
+             "history": [{"t": T0 - 20, "event": "start", "step": 0, "weight_new": 0,
                           "reason": ""},
-                         {"t": T0 - 5, "event": "step", "step": 3, "weight_new": 0.25,
+                         {"t": T0 - 5, "event": "step", "step": 3, "weight_new": 25,
                           "reason": "guards ok"}],
              "guards": [{"name": "loss", "value": 0, "limit": 0, "ok": True},
                         {"name": "bfd", "value": 1, "limit": 0, "ok": False}]}
@@ -324,3 +325,23 @@ def test_a_metric_that_is_no_number_is_skipped_and_counted(store, tmp_path: Path
     assert 'crosszone_migration_guard_ok{guard="bfd"} 0.0' in text
     assert "crosszone_metrics_skipped_samples_total 3.0" in text  # revision, step, weight
     assert "crosszone_metrics_skipped_samples_total 6.0" in api.get("/metrics").text
+
+
+@pytest.mark.parametrize("percent,ratio,shown", [(1, "0.01", "1 %"), (50, "0.5", "50 %"),
+                                                 (100, "1.0", "100 %"), (0, "0.0", "0 %")])
+def test_weight_units_agree(store, tmp_path: Path, percent: int, ratio: str, shown: str
+                            ) -> None:
+    """Issue 26, point 7: the record's weight_new is in percent (the engine's unit). At 50 %
+    the metric said 50.0 (documented 0..1), the page would have shown 5,000 % and `top` 100 %
+    for any step at 1 % or more."""
+    store.put(dashboard.MIGRATION_KEY, json.dumps(
+        {"state": "shifting", "step": 1, "weight_new": percent}).encode())
+    api = _api(store, tmp_path)
+    assert f"crosszone_migration_weight_new_ratio {ratio}\n" in api.get("/metrics").text
+    console = Console(record=True, width=160)
+    console.print(top.render(api.get("/v1/dashboard").json()))
+    line = next(x for x in console.export_text().splitlines() if x.startswith("migration"))
+    assert line.endswith(f"] {shown} on the new gateways"), line
+    assert line.count("#") == round(percent / 5), line  # the 20-character bar
+    script = (STATIC / "dashboard.js").read_text()
+    assert "weight_new ?? 0) * 100" not in script and "fmt(m.weight_new ?? 0, 0)} %" in script

@@ -170,6 +170,20 @@ def migration(store: Store) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"state": "unreadable"}
 
 
+def weight_share(record: dict[str, Any]) -> float | None:
+    """The share of traffic on the new gateways, 0..1, from a migration record's `weight_new`,
+    which the engine writes in percent (0..100, migrate/engine.py); None when it is absent or
+    no number. Every reader converts here: the metric, `top` and (in the same unit) the page."""
+    w = record.get("weight_new")
+    if not isinstance(w, int | float) or isinstance(w, bool):
+        return None
+    try:
+        share = float(w) / 100
+    except OverflowError:
+        return None
+    return share if math.isfinite(share) else None
+
+
 def charts(directory: Path | None) -> list[str]:
     """The SVG charts (plan, simulate) in the charts directory, by name."""
     if directory is None or not directory.is_dir():

@@ -6,6 +6,7 @@
     crosszone_gateway_health{gateway,health}       1 for the gateway's reported health
     crosszone_migration_step                       the migration's step (absent without one)
     crosszone_migration_weight_new_ratio           share of traffic on the new gateways, 0..1
+                                                   (the record's weight_new is in percent)
     crosszone_migration_guard_ok{guard}            1 while a guard holds
     crosszone_metrics_skipped_samples_total        samples left out: their value is no number
 
@@ -86,12 +87,14 @@ class ControllerCollector(Collector):
     def _migration(self, mig: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
         if mig.get("state") in (None, "none", "unreadable"):
             return
-        for name, key, doc in (("crosszone_migration_step", "step", "Step of the migration"),
-                               ("crosszone_migration_weight_new_ratio", "weight_new",
-                                "Share of traffic on the new gateways (0..1)")):
+        for name, key, scale, doc in (
+                ("crosszone_migration_step", "step", 1, "Step of the migration"),
+                # the record holds percent (migrate/engine.py); the metric is a ratio
+                ("crosszone_migration_weight_new_ratio", "weight_new", 100,
+                 "Share of traffic on the new gateways (0..1)")):
             if key in mig and (v := self._number(mig[key])) is not None:
                 g = GaugeMetricFamily(name, doc)
-                g.add_metric([], v)
+                g.add_metric([], v / scale)
                 yield g
         yield from _guards(mig)
 

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from crosszone.control.dashboard import latest
+from crosszone.control.dashboard import latest, weight_share
 
 
 def _sessions(s: dict[str, Any] | None) -> Text:
@@ -94,8 +94,7 @@ def migration_text(doc: dict[str, Any]) -> Text:
     m = doc["migration"]
     if m.get("state") in (None, "none"):
         return Text("migration: none", style="dim")
-    w = m.get("weight_new")
-    w = min(1.0, max(0.0, float(w))) if isinstance(w, int | float) else 0.0
+    w = min(1.0, max(0.0, weight_share(m) or 0.0))  # the record holds percent
     bar = "#" * round(20 * w) + "." * (20 - round(20 * w))
     text = Text(f"migration: {m['state']}, step {m.get('step', '-')} [{bar}] "
                 f"{w * 100:.0f} % on the new gateways")

@@ -150,11 +150,12 @@ function drawMigration(doc) {
   const head = el("p", {"data-state": m.state});
   head.append(el("strong", {}, m.state));
   head.append(document.createTextNode(
-    `, step ${m.step ?? "–"}, ${fmt((m.weight_new ?? 0) * 100, 0)} % on the new gateways`));
+    `, step ${m.step ?? "–"}, ${fmt(m.weight_new ?? 0, 0)} % on the new gateways`));
   parts.push(head);
   const bar = el("div", {class: "bar"});
   const fill = el("div", {});
-  fill.style.width = `${Math.max(0, Math.min(1, m.weight_new ?? 0)) * 100}%`;
+  // weight_new is in percent (the migration engine's unit), 0..100
+  fill.style.width = `${Math.max(0, Math.min(100, Number(m.weight_new) || 0))}%`;
   bar.append(fill);
   parts.push(bar);
   if (Array.isArray(m.guards) && m.guards.length) {
@@ -176,7 +177,7 @@ function drawMigration(doc) {
     for (const h of m.history.slice(-10)) {
       const when = h.t ? new Date(h.t * 1000).toLocaleTimeString() : "";
       ul.append(el("li", {"data-step": h.step ?? ""}, `${when} ${h.event} step ${h.step ?? "–"} `
-        + `(${fmt((h.weight_new ?? 0) * 100, 0)} %)${h.reason ? `: ${h.reason}` : ""}`));
+        + `(${fmt(h.weight_new ?? 0, 0)} %)${h.reason ? `: ${h.reason}` : ""}`));
     }
     parts.push(ul);
   }

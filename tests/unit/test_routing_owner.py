@@ -350,5 +350,17 @@ def test_targets_system_and_per_namespace() -> None:
     assert ns.conf == Path("/etc/frr/gw1/frr.conf") and ns.vtysh()[-2:] == ["-N", "gw1"]
     # an explicit socket directory is already per namespace: -N would be joined onto it
     sock = FrrTarget(pathspace="gw1", vty_socket=Path("/run/x/gw1"))
-    assert "-N" not in sock.vtysh() and "-N" not in sock.reload_argv("--test", Path("f"))
-    assert sock.reload_argv("--reload", Path("f"))[-3:] == ["--vty_socket", "/run/x/gw1", "f"]
+    assert "-N" not in sock.vtysh() and "-N" not in sock.reload_argv("--test")
+    assert sock.reload_argv("--reload")[-3:] == ["--vty_socket", "/run/x/gw1",
+                                                 "/etc/frr/gw1/frr.conf"]
+
+
+def test_frr_reload_is_never_asked_to_write_vtyshs_own_configuration() -> None:
+    # frr-reload.py runs `vtysh write` (to /etc/frr/frr.conf, whatever FRR it talks to) unless
+    # the file it applies is <confdir>/frr.conf: the target always makes it so
+    for t in (FrrTarget(), FrrTarget(pathspace="gw1"),
+              FrrTarget(vty_socket=Path("/run/x"), config_file=Path("/run/x/frr.conf"))):
+        argv = t.reload_argv("--reload")
+        assert Path(argv[argv.index("--confdir") + 1]) / "frr.conf" == Path(argv[-1]) == t.conf
+    with pytest.raises(ValueError, match=r"must be named frr\.conf"):
+        FrrTarget(config_file=Path("/run/x/gateway.conf"))

@@ -63,7 +63,14 @@ class Applier(Protocol):
 class FrrTarget:
     """One FRR instance: the system's by default, or a per-namespace one (see the module
     docstring). config_file: where the rendered configuration is kept (default: frr.conf in
-    confdir, or in confdir/NAME for a pathspace)."""
+    confdir, or in confdir/NAME for a pathspace); it must be named frr.conf.
+
+    Why the name: after a reload, frr-reload.py runs `vtysh write` unless the file it applied is
+    <confdir>/frr.conf, and vtysh writes the running configuration to *its* configuration file,
+    /etc/frr/frr.conf, whichever FRR it talks to: a per-namespace reload would overwrite the
+    system's configuration. So frr-reload.py always gets the file's own directory as --confdir
+    and the file as <that>/frr.conf: it writes nothing, and the agent's own write of the file
+    is what persists the configuration."""
 
     pathspace: str | None = None
     vty_socket: Path | None = None
@@ -72,6 +79,11 @@ class FrrTarget:
     bindir: Path = Path("/usr/bin")
     rundir: Path = Path("/var/run/frr")
     reload_script: Path = Path("/usr/lib/frr/frr-reload.py")
+
+    def __post_init__(self) -> None:
+        if self.conf.name != "frr.conf":
+            raise ValueError(f"the FRR configuration file must be named frr.conf, not "
+                             f"{self.conf.name} (see FrrTarget)")
 
     @property
     def conf(self) -> Path:
@@ -91,11 +103,12 @@ class FrrTarget:
         """The vtysh argv prefix that reaches this instance."""
         return [str(self.bindir / "vtysh"), *self._where()]
 
-    def reload_argv(self, mode: str, filename: Path) -> list[str]:
-        """frr-reload.py in `mode` ("--test" or "--reload") for `filename`."""
+    def reload_argv(self, mode: str) -> list[str]:
+        """frr-reload.py in `mode` ("--test" or "--reload") for this target's file (its
+        directory as --confdir: see the class docstring)."""
         return [sys.executable, str(self.reload_script), mode, "--stdout",
-                "--bindir", str(self.bindir), "--confdir", str(self.confdir),
-                "--rundir", str(self.rundir), *self._where(), str(filename)]
+                "--bindir", str(self.bindir), "--confdir", str(self.conf.parent),
+                "--rundir", str(self.rundir), *self._where(), str(self.conf)]
 
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
@@ -155,9 +168,9 @@ class FrrReloadApplier:
             raise
         return path
 
-    def diff(self, path: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    def diff(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """What frr-reload.py would change to bring the running FRR to the file."""
-        done = self.runner(self.target.reload_argv("--test", path))
+        done = self.runner(self.target.reload_argv("--test"))
         if done.returncode != 0:
             raise ApplyError(f"frr-reload.py --test failed ({done.returncode}): "
                              f"{(done.stderr or done.stdout).strip()[-500:]}")
@@ -167,12 +180,12 @@ class FrrReloadApplier:
         """Write, compare, reload the difference, check (ApplyError if FRR did not take it)."""
         t0 = time.monotonic()
         self.target.rundir.mkdir(parents=True, exist_ok=True)
-        path = self._write(config)
-        deleted, added = self.diff(path)
+        self._write(config)
+        deleted, added = self.diff()
         if not deleted and not added:
             return Changes(seconds=time.monotonic() - t0)
-        done = self.runner(self.target.reload_argv("--reload", path))
-        left_del, left_add = self.diff(path)
+        done = self.runner(self.target.reload_argv("--reload"))
+        left_del, left_add = self.diff()
         if left_del or left_add:
             raise ApplyError(
                 f"FRR did not take the configuration (frr-reload exit {done.returncode}); "

@@ -175,8 +175,9 @@ def _head(gw: Gateway, hostname: str | None, log_file: str | None) -> list[str]:
     lines = ["frr defaults datacenter", f"hostname {hostname or gw.name}"]
     if log_file:
         lines.append(f"log file {log_file} informational")
-    # microseconds: failover timelines put FRR's lines next to netlink events
-    return lines + ["log timestamp precision 6", "service integrated-vtysh-config", "!"]
+    # microseconds: failover timelines put FRR's lines next to netlink events. No `service
+    # integrated-vtysh-config`: that is vtysh.conf's (frr-reload.py neither adds nor removes it)
+    return lines + ["log timestamp precision 6", "!"]
 
 
 def _compute_interface(gw: Gateway) -> str | None:

@@ -30,8 +30,9 @@ def agent_cmd(
                                   help="Load and attach the program even if pinned (an "
                                        "upgrade); the pinned maps are kept."),
     frr_vty: Path = typer.Option(None, "--frr-vty",
-                                 help="FRR's vty socket directory: export the gateway's BGP "
-                                      "and BFD sessions (crosszone_bgp_session_up, ...)."),
+                                 help="FRR's vty socket directory (FRR started with "
+                                      "--vty_socket DIR): the host's routing and the BGP and "
+                                      "BFD session gauges (crosszone_bgp_session_up, ...)."),
     routing: bool = typer.Option(True, "--routing/--no-routing",
                                  help="Own the host's FRR configuration when the gateway's "
                                       "intent has bgp: (docs/routing.md)."),
@@ -39,8 +40,9 @@ def agent_cmd(
                                       help="FRR started with -N NAME (per-namespace FRR); "
                                            "default: the system's FRR."),
     frr_config: Path = typer.Option(None, "--frr-config",
-                                    help="Where the rendered FRR configuration is kept "
-                                         "(default /etc/frr[/NAME]/frr.conf)."),
+                                    help="Where the rendered FRR configuration is kept, "
+                                         "a file named frr.conf (default /etc/frr/frr.conf, "
+                                         "with --frr-pathspace /etc/frr/NAME/frr.conf)."),
     frr_rundir: Path = typer.Option(Path("/var/run/frr"), "--frr-rundir",
                                     help="frr-reload.py's directory for temporary files."),
 ) -> None:
@@ -56,11 +58,18 @@ def agent_cmd(
         fastpath_hooks,
         ifindex_in,
     )
+    from crosszone.agent.frr_apply import FrrTarget
     from crosszone.agent.routing import RoutingCollector
+    from crosszone.agent.routing_owner import routing_owner
     from crosszone.fastpath.deploy import pinned_maps
     from crosszone.fastpath.sink import MapSink
     from crosszone.store.store import open_store
 
+    try:  # before anything is attached: a bad option changes nothing
+        target = FrrTarget(pathspace=frr_pathspace or None, vty_socket=frr_vty,
+                           config_file=frr_config, rundir=frr_rundir)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--frr-config") from None
     pins = pin_dir or Path("/sys/fs/bpf/crosszone") / gateway
     st = open_store(store)
     console = Console(stderr=True)
@@ -74,11 +83,6 @@ def agent_cmd(
     agent = Agent(gateway, st, sink, ifindex_in(netns or None),
                   state_file=state_file or default_state_file(pins), read_actual=sink.read)
     fastpath_hooks(agent, maps)
-    from crosszone.agent.frr_apply import FrrTarget
-    from crosszone.agent.routing_owner import routing_owner
-
-    target = FrrTarget(pathspace=frr_pathspace or None, vty_socket=frr_vty,
-                       config_file=frr_config, rundir=frr_rundir)
     sessions = RoutingCollector(target.vtysh() if routing or frr_vty else None, netns or None)
     sessions.start()  # read in its own thread: a scrape never waits for vtysh
     agent.metrics.registry.register(sessions)

@@ -9,8 +9,10 @@ The gateway's agent runs on a SQLite store with a dict sink for maps (the fast p
 under test here). Through intent changes and a routing-state change it checks that: the router
 learns what the gateway announces (IPv4 and IPv6, with BFD up); an added VPC changes only its
 own lines and is learnt; a removed VPC is withdrawn; a link-bandwidth weight reaches the
-router; re-applying changes nothing; and the BGP session never resets (the router's count of
-established and dropped connections does not move after the first apply).
+router; re-applying changes nothing; the maps of an added VPC are written while FRR does not
+announce it yet, and those of a removed one after FRR withdrew it; the BGP session never resets
+(the router's count of established and dropped connections does not move after the first
+apply); and /etc/frr/frr.conf is left as it was.
 
 Namespaces `czt23-<pid>-gw` / `-rt`: unique, and never the emulator's `cz-*`/`czemu-*`.
 Everything (daemons, namespaces, files) goes in `finally`.
@@ -36,7 +38,7 @@ from crosszone.agent.agent import Agent
 from crosszone.agent.frr_apply import FrrReloadApplier, FrrTarget
 from crosszone.agent.frr_config import RoutingState
 from crosszone.agent.routing_owner import RoutingOwner
-from crosszone.compile.diff import DictSink
+from crosszone.compile.diff import DictSink, MapOp
 from crosszone.intent.cluster import parse_cluster
 from crosszone.store.objects import split_cluster
 from crosszone.store.sqlite_store import SqliteStore
@@ -144,6 +146,21 @@ def lab() -> Iterator[Lab]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+class WatchingSink(DictSink):
+    """A map sink that notes, at every map write, whether the gateway's bgpd announces a
+    prefix at that moment (make-before-break, read from FRR itself)."""
+
+    def __init__(self, frr: FrrNs, prefix: str) -> None:
+        super().__init__()
+        self.frr, self.prefix = frr, prefix
+        self.seen: list[tuple[str, str, bool]] = []
+
+    def apply(self, op: MapOp) -> None:
+        running = self.frr.vtysh("show running-config bgpd")
+        self.seen.append((op.kind, op.map, f"  network {self.prefix}\n" in running))
+        super().apply(op)
+
+
 def _json(frr: FrrNs, command: str) -> Any:
     return json.loads(frr.vtysh(command) or "{}")
 
@@ -182,7 +199,8 @@ def test_agent_applies_intent_changes_to_frr_without_resetting_sessions(lab: Lab
     owner = RoutingOwner("gw-t", FrrReloadApplier(target), hostname=socket.gethostname())
     store = SqliteStore(str(tmp_path / "s.db"))
     try:
-        agent = Agent("gw-t", store, DictSink(), lambda name: 5, routing=owner)
+        sink = WatchingSink(lab.gw, "100.65.0.0/16")
+        agent = Agent("gw-t", store, sink, lambda name: 5, routing=owner)
         store.put_many({INTENT + k: v for k, v in _intent(VPC_A).items()})
         res = agent.step(0)
         assert res is not None and res.mode == "full"
@@ -209,16 +227,24 @@ def test_agent_applies_intent_changes_to_frr_without_resetting_sessions(lab: Lab
         assert owner.applier.apply(owner.applied.config).empty  # type: ignore[union-attr]
 
         # a VPC added: only its lines change, the router learns it, the session stays
+        sink.seen.clear()
         store.put_many({INTENT + k: v for k, v in _intent(VPC_A, VPC_B).items()})
         agent.step(0)
+        # its maps were written while FRR did not announce it yet
+        assert sink.seen and not any(on for _, _, on in sink.seen), sink.seen
+        assert "  network 100.65.0.0/16\n" in lab.gw.vtysh("show running-config bgpd")
         ch = owner.last_changes
         assert ch.deleted == () and ch.added, ch
         assert _added_lines_mention_only(ch.added, "100.65.0.0/16"), ch.added
         _wait("the router to learn VPC b", lambda: "100.65.0.0/16" in _learnt(lab))
 
         # the VPC removed: withdrawn
+        sink.seen.clear()
         store.put_many({INTENT + k: v for k, v in _intent(VPC_A).items()})
         agent.step(0)
+        # FRR had withdrawn it before the first map write of the removal
+        assert any(kind == "delete" for kind, _, _ in sink.seen), sink.seen
+        assert not any(on for _, _, on in sink.seen), sink.seen
         assert "100.65.0.0/16" not in owner.status()["announced"]
         _wait("the router to drop VPC b", lambda: "100.65.0.0/16" not in _learnt(lab))
         assert _learnt(lab) >= first

@@ -41,7 +41,7 @@ def _golden(name: str, text: str) -> None:
 def _example_gateways() -> list[tuple[str, str]]:
     """(example file, gateway) for every example intent's gateway that has `bgp:`."""
     out = []
-    for path in sorted((ROOT / "examples").glob("*.yaml")):
+    for path in sorted((ROOT / "examples").rglob("*.yaml")):
         doc = yaml.safe_load(path.read_text())
         if not isinstance(doc, dict) or doc.get("version") != 2 or "gateways" not in doc:
             continue

@@ -162,7 +162,7 @@ class RoutingOwner(Collector):
         if target is None:
             self.mode, self.applied = "unmanaged", None
             self.message = ("the intent has no bgp: section for this gateway: routing is left "
-                            "to the operator")
+                            "to the operator (FRR keeps whatever it runs)")
             self._done_key = key
             return
         if self._apply(target, rec.revision):

@@ -345,3 +345,137 @@ def test_weight_units_agree(store, tmp_path: Path, percent: int, ratio: str, sho
     assert line.count("#") == round(percent / 5), line  # the 20-character bar
     script = (STATIC / "dashboard.js").read_text()
     assert "weight_new ?? 0) * 100" not in script and "fmt(m.weight_new ?? 0, 0)} %" in script
+
+
+# ---- issue 26, point 8: the dashboard under hostile input ------------------------------------
+
+def test_a_window_that_is_no_number_is_422(store, tmp_path: Path) -> None:
+    api = _api(store, tmp_path)
+    for window in ("nan", "NaN", "-nan", "inf", "-inf"):
+        r = api.get("/v1/dashboard", params={"window": window})
+        assert r.status_code == 422 and "window" in r.json()["detail"], (window, r.text)
+    for window in ("-5", "1e300"):  # bounded to 10 steps .. MAX_WINDOW, as before
+        assert api.get("/v1/dashboard", params={"window": window}).status_code == 200, window
+    with pytest.raises(ValueError, match="finite"):
+        dashboard.snapshot(_status(), store, None, None, window=float("nan"))
+
+
+class SlowProm(FakeProm):
+    """A FakeProm that takes a moment per query and counts them across threads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import threading
+
+        self.lock = threading.Lock()
+
+    def range(self, expr, start, end, step):  # type: ignore[override]
+        import time
+
+        time.sleep(0.05)
+        with self.lock:
+            return super().range(expr, start, end, step)
+
+    def instant(self, expr):  # type: ignore[override]
+        import time
+
+        time.sleep(0.05)
+        with self.lock:
+            return super().instant(expr)
+
+
+def test_open_dashboards_share_prometheus_answers(store) -> None:
+    """Twenty dashboards polling at once ask Prometheus once per step (8 queries), not twenty
+    times (160); the next step asks again."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    prom, shared = SlowProm(), dashboard.SharedAnswers()
+
+    def one(t: float) -> dict[str, Any]:
+        return dashboard.snapshot(_status(), store, prom, None, now=lambda: t,  # type: ignore[arg-type]
+                                  shared=shared)
+    with ThreadPoolExecutor(20) as pool:
+        docs = list(pool.map(one, [T0 + 0.1 * (i % 10) for i in range(20)]))  # one 2 s step
+    assert len(prom.asked) == 8 and all(d["prometheus"]["ok"] for d in docs)
+    assert len({json.dumps(d["series"]) for d in docs}) == 1
+    one(T0 + 2)  # the next step
+    assert len(prom.asked) == 16 and len(shared._answers) == 1  # the old step was dropped
+    # an error is shared too, until the next step
+    failing, shared = FakeProm(fail=True), dashboard.SharedAnswers()
+    for _ in range(5):
+        doc = dashboard.snapshot(_status(), store, failing, None,  # type: ignore[arg-type]
+                                 now=lambda: T0, shared=shared)
+        assert doc["prometheus"]["ok"] is False and "refused" in doc["prometheus"]["error"]
+    assert len(failing.asked) <= 8
+
+
+def test_the_route_shares_prometheus_answers(store, tmp_path: Path, monkeypatch) -> None:
+    import asyncio
+
+    import httpx
+
+    prom = SlowProm()
+    monkeypatch.setattr(dashboard, "PrometheusReader", lambda url: prom)
+    app = create_app(Controller(store), "s3cret", prometheus="http://prom.test")
+
+    async def go() -> list[int]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://ctl", timeout=30) as c:
+            rs = await asyncio.gather(*(c.get("/v1/dashboard") for _ in range(20)))
+            return [r.status_code for r in rs]
+    assert asyncio.run(go()) == [200] * 20
+    assert len(prom.asked) in (8, 16)  # 16: the requests straddled a 2 s step
+
+
+@pytest.mark.parametrize("answer,why", [
+    ([], "not an object"),
+    ({"status": "success"}, "data.result"),
+    ({"status": "success", "data": {"result": {"a": 1}}}, "data.result"),
+    ({"status": "success", "data": {"result": [5]}}, "data.result"),
+    ({"status": "success", "data": {"result": [{"metric": {}, "values": [["soon", "1"]]}]}},
+     "not a number"),
+    ({"status": "success", "data": {"result": [{"metric": {}, "values": [[None, "1"]]}]}},
+     "not a number"),
+    ({"status": "success", "data": {"result": [{"metric": {}, "values": [["1e999", "1"]]}]}},
+     "no time"),
+    ({"status": "success", "data": {"result": [{"metric": {}, "values": [[T0, "x"]]}]}},
+     "not a number"),
+    ({"status": "success", "data": {"result": [{"metric": {}, "values": "x"}]}}, "pairs"),
+    ({"status": "success", "data": {"result": [{"metric": {}, "value": [1]}]}}, "pair"),
+    ({"status": "error", "error": "bad query"}, "bad query"),
+])
+def test_an_odd_prometheus_answer_is_an_error_not_a_500(store, answer, why: str) -> None:
+    """Prometheus answering `[]`, a success without data, or a sample time that is no number
+    used to fail the whole snapshot (500); now the rates are missing and the page says why."""
+    import httpx
+
+    prom = dashboard.PrometheusReader("http://prom.test")
+    prom._http = httpx.Client(base_url="http://prom.test", transport=httpx.MockTransport(
+        lambda request: httpx.Response(200, json=answer)))
+    doc = dashboard.snapshot(_status(), store, prom, None, now=lambda: T0)
+    assert doc["prometheus"]["ok"] is False and why in doc["prometheus"]["error"], doc
+    assert doc["series"]["vpc_bits"] == [] and len(doc["gateways"]) == 2
+
+
+def test_a_symlink_in_the_charts_directory_is_not_followed(store, tmp_path: Path) -> None:
+    api = _api(store, tmp_path)
+    (tmp_path / "charts" / "link.svg").symlink_to(tmp_path / "secret.svg")
+    (tmp_path / "charts" / "dir.svg").symlink_to(tmp_path / "charts")
+    assert api.get("/dashboard/charts/link.svg").status_code == 404
+    assert api.get("/dashboard/charts/simulate.svg").status_code == 200
+    assert dashboard.charts(tmp_path / "charts") == ["simulate.svg"]
+    assert api.get("/v1/dashboard").json()["charts"] == ["simulate.svg"]
+
+
+def test_charts_are_fetched_with_the_token() -> None:
+    """With `--reads token` an <img src> request carries no token, so the charts never
+    showed: the page fetches them like its data and shows them from blob: URLs (allowed by
+    the policy, for images only)."""
+    from crosszone.control.dashboard_routes import CSP
+
+    script = (STATIC / "dashboard.js").read_text()
+    body = script[script.index("async function drawCharts"):]
+    body = body[:body.index("\n}\n")]
+    assert "fetch(`/dashboard/charts/" in body and "headers: authHeaders()" in body
+    assert "URL.createObjectURL" in body and "src: `/dashboard/charts" not in body
+    assert "img-src 'self' data: blob:;" in CSP and "connect-src 'self';" in CSP

@@ -5,17 +5,20 @@ reads the gateways' reports and the migration record from the store, and the rat
 Prometheus, through the recording rules of `agent/recording_rules.yml`. Series come back on one
 time axis (start, step, one value or null per step), the form uPlot draws without work.
 
-Without a Prometheus URL (or while it does not answer) the document still carries the gateways
-and the migration, and says why the rates are missing.
+Without a Prometheus URL (or while it does not answer, or answers something that is not the
+HTTP API's document) the document still carries the gateways and the migration, and says why
+the rates are missing. Prometheus is asked once per window and step however many dashboards
+poll: the answers are shared (`SharedAnswers`) until the step moves on.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +61,18 @@ class PrometheusReader:
             body = r.json()
         except (httpx.HTTPError, ValueError) as exc:
             raise PrometheusError(f"prometheus {self.url}: {exc}") from None
+        if not isinstance(body, dict):
+            raise PrometheusError(f"prometheus {self.url}: answered a JSON "
+                                  f"{type(body).__name__}, not an object")
         if r.status_code != 200 or body.get("status") != "success":
             raise PrometheusError(f"prometheus {self.url}: {body.get('error', r.status_code)}")
-        return body["data"]["result"]
+        data = body.get("data")
+        result = data.get("result") if isinstance(data, dict) else None
+        if not isinstance(result, list) or not all(
+                isinstance(x, dict) and isinstance(x.get("metric"), dict) for x in result):
+            raise PrometheusError(f"prometheus {self.url}: a success without data.result as "
+                                  "a list of series")
+        return result
 
     def instant(self, expr: str) -> list[dict[str, Any]]:
         """[{"metric": labels, "value": [t, "v"]}, ...]."""
@@ -72,22 +84,44 @@ class PrometheusReader:
                                                   "step": step})
 
 
-def _number(text: str) -> float | None:
-    v = float(text)
+def _float(x: Any) -> float:
+    """A sample's time or value (Prometheus sends numbers and numbers as strings)."""
+    if isinstance(x, bool) or not isinstance(x, str | int | float):
+        raise PrometheusError(f"prometheus: {str(x)[:40]!r} is not a number")
+    try:
+        return float(x)
+    except (ValueError, OverflowError):
+        raise PrometheusError(f"prometheus: {str(x)[:40]!r} is not a number") from None
+
+
+def _number(text: Any) -> float | None:
+    v = _float(text)
     return None if math.isnan(v) or math.isinf(v) else v
+
+
+def _pairs(res: dict[str, Any], key: str) -> list[Any]:
+    pairs = res.get(key, [])
+    if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2
+                                              for p in pairs):
+        raise PrometheusError(f"prometheus: {key} is not a list of [time, value] pairs")
+    return pairs
 
 
 def align(results: list[dict[str, Any]], labels: tuple[str, ...], start: float, step: float,
           points: int) -> list[dict[str, Any]]:
-    """Range results on one axis: each series' labels and a value (or None) per step."""
+    """Range results on one axis: each series' labels and a value (or None) per step
+    (PrometheusError for a sample whose time or value is no number)."""
     out = []
     for res in results:
         values: list[float | None] = [None] * points
-        for t, v in res.get("values", []):
-            i = round((float(t) - start) / step)
+        for t, v in _pairs(res, "values"):
+            at = (_float(t) - start) / step
+            if not math.isfinite(at):
+                raise PrometheusError(f"prometheus: sample time {str(t)[:40]!r} is no time")
+            i = round(at)
             if 0 <= i < points:
                 values[i] = _number(v)
-        out.append({**{k: res["metric"].get(k, "") for k in labels}, "values": values})
+        out.append({**{k: str(res["metric"].get(k, "")) for k in labels}, "values": values})
     return sorted(out, key=lambda s: [s[k] for k in labels])
 
 
@@ -111,8 +145,11 @@ def _gauges(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, dic
         per: dict[str, dict[str, float]] = {}
         for res in vector:
             m = res["metric"]
-            key = m.get("peer") or m.get("device") or "agent"
-            per.setdefault(m.get("gateway", ""), {})[key] = float(res["value"][1])
+            key = str(m.get("peer") or m.get("device") or "agent")
+            value = res.get("value")
+            if not isinstance(value, list) or len(value) != 2:
+                raise PrometheusError("prometheus: value is not a [time, value] pair")
+            per.setdefault(str(m.get("gateway", "")), {})[key] = _float(value[1])
         out[name] = per
     return out
 
@@ -127,6 +164,39 @@ def _ask(prom: PrometheusReader, start: float, end: float, step: float
         instants = {k: pool.submit(prom.instant, expr) for k, expr in GAUGES.items()}
         return ({k: f.result() for k, f in ranges.items()},
                 {k: f.result() for k, f in instants.items()})
+
+
+class SharedAnswers:
+    """Prometheus's answers for one (window, step), shared by every snapshot asking within the
+    same step: twenty open dashboards cost one set of queries per step, not twenty (each set
+    is 8 queries). The first asker queries; the others wait for its answers (or its error,
+    shared too: a Prometheus that is down is not asked again until the next step). Answers
+    for an earlier step are dropped when a later one is asked; at most `keep` are held."""
+
+    def __init__(self, keep: int = 16) -> None:
+        self.keep = keep
+        self._lock = threading.Lock()
+        self._answers: dict[tuple[float, float, float], Future] = {}
+
+    def get(self, prom: PrometheusReader, start: float, end: float, step: float
+            ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
+        """The answers of _ask for this window, asked at most once per step."""
+        key = (start, end, step)
+        with self._lock:
+            future = self._answers.get(key)
+            mine = future is None
+            if future is None:
+                future = self._answers[key] = Future()
+                for old in [k for k in self._answers if k[1] < end]:
+                    del self._answers[old]
+                while len(self._answers) > self.keep:  # the oldest asked go first
+                    del self._answers[next(iter(self._answers))]
+        if mine:
+            try:
+                future.set_result(_ask(prom, start, end, step))
+            except Exception as exc:  # given to every waiter (else they would wait forever)
+                future.set_exception(exc)
+        return future.result()
 
 
 def _sessions(values: dict[str, float]) -> dict[str, Any]:
@@ -184,17 +254,27 @@ def weight_share(record: dict[str, Any]) -> float | None:
     return share if math.isfinite(share) else None
 
 
+def chart_file(path: Path) -> bool:
+    """Whether path is a chart the dashboard may serve: a regular file in the directory itself,
+    not a symbolic link (which could point anywhere on the controller's host)."""
+    return path.suffix == ".svg" and not path.is_symlink() and path.is_file()
+
+
 def charts(directory: Path | None) -> list[str]:
     """The SVG charts (plan, simulate) in the charts directory, by name."""
     if directory is None or not directory.is_dir():
         return []
-    return sorted(p.name for p in directory.glob("*.svg") if p.is_file())
+    return sorted(p.name for p in directory.glob("*.svg") if chart_file(p))
 
 
 def snapshot(status: dict[str, Any], store: Store, prom: PrometheusReader | None,
              charts_dir: Path | None, window: float = 300, step: float = 2,
-             now: Callable[[], float] = time.time) -> dict[str, Any]:
-    """Everything the dashboard shows, as of now."""
+             now: Callable[[], float] = time.time,
+             shared: SharedAnswers | None = None) -> dict[str, Any]:
+    """Everything the dashboard shows, as of now (shared: Prometheus answers shared between
+    snapshots, else asked for this one)."""
+    if not (math.isfinite(window) and math.isfinite(step) and step > 0):
+        raise ValueError(f"window {window} and step {step} must be finite seconds, step > 0")
     window = min(max(window, 10 * step), MAX_WINDOW)
     end = math.floor(now() / step) * step
     start = end - window
@@ -209,11 +289,13 @@ def snapshot(status: dict[str, Any], store: Store, prom: PrometheusReader | None
         doc["prometheus"]["error"] = "no Prometheus configured (crosszone controller --prometheus)"
     else:
         try:
-            ranges, instants = _ask(prom, start, end, step)
-            for key, (_expr, labels) in SERIES.items():
-                doc["series"][key] = align(ranges[key], labels, start, step, points)
-            doc["series"]["verdicts"] = active(doc["series"]["verdicts"])
+            ranges, instants = (shared.get(prom, start, end, step) if shared is not None
+                                else _ask(prom, start, end, step))
+            series = {key: align(ranges[key], labels, start, step, points)
+                      for key, (_expr, labels) in SERIES.items()}
+            series["verdicts"] = active(series["verdicts"])
             gauges = _gauges(instants)
+            doc["series"].update(series)  # all or nothing: no half-read answer is shown
             doc["prometheus"]["ok"] = True
         except PrometheusError as exc:
             doc["prometheus"]["error"] = str(exc)

@@ -2,11 +2,15 @@
 the JSON it polls, the migration record, the plan and simulation charts, and /metrics.
 
 Every page is served with a Content-Security-Policy of 'self': a browser showing it fetches
-nothing from any other host, even if a later edit slipped in a link to a CDN.
+nothing from any other host, even if a later edit slipped in a link to a CDN. Images may also
+be blob: URLs: the page fetches the charts with the token (reads may need it) and shows them
+from memory. A chart is served only as a regular file of the charts directory, never through a
+symbolic link.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -23,7 +27,7 @@ from crosszone.store.store import StoreUnavailable
 
 STATIC = Path(__file__).with_name("static")
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-       "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
+       "img-src 'self' data: blob:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
        "frame-ancestors 'none'")
 MEDIA = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
          ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
@@ -41,7 +45,8 @@ def _pick(directory: Path | None, name: str, suffixes: tuple[str, ...]) -> Path:
     if directory is None or not _SAFE_NAME.fullmatch(name) or not name.endswith(suffixes):
         raise HTTPException(404, "no such file")
     path = directory / name
-    if not path.is_file():
+    # a symbolic link in the directory could name any file of the host: not served
+    if path.is_symlink() or not path.is_file():
         raise HTTPException(404, "no such file")
     return path
 
@@ -64,6 +69,7 @@ def add_dashboard(app: FastAPI, controller: Controller, prometheus: str | None,
     a worker thread (the API's, bounded: control/api.py READ_THREADS) and turns a store
     outage into a 503."""
     prom = dashboard.PrometheusReader(prometheus) if prometheus else None
+    shared = dashboard.SharedAnswers()
 
     if not any(getattr(r, "path", None) == "/v1/migration" for r in app.routes):
         # A read-only view of the record, for an API without the migration engine's own
@@ -79,9 +85,12 @@ def add_dashboard(app: FastAPI, controller: Controller, prometheus: str | None,
         """Gateways, rates over the last `window` seconds, migration, charts."""
         if not (0.5 <= step <= 60):
             raise HTTPException(422, "step must be between 0.5 and 60 seconds")
+        if not math.isfinite(window):  # nan passed every bound and made int(nan) fail
+            raise HTTPException(422, "window must be a finite number of seconds")
         # Off the event loop: Prometheus and the store may each take a moment.
         return await read(lambda: dashboard.snapshot(
-            controller.status(), controller.store, prom, charts_dir, window, step))
+            controller.status(), controller.store, prom, charts_dir, window, step,
+            shared=shared))
 
     collector = ControllerCollector(controller.status,
                                     lambda: dashboard.migration(controller.store))

@@ -9,6 +9,11 @@ const COLOURS = ["#2f7ed8", "#e4572e", "#17a398", "#8e44ad", "#f2a541", "#5d6d7e
                  "#c0392b", "#27ae60", "#d35400", "#1abc9c"];
 const charts = {};   // id -> {plot, keys}
 let token = sessionStorage.getItem("crosszone-token") || "";
+let chartsLoading = false;
+
+function authHeaders() {
+  return token ? {Authorization: `Bearer ${token}`} : {};
+}
 
 function el(tag, attrs, text) {
   const node = document.createElement(tag);
@@ -184,12 +189,30 @@ function drawMigration(doc) {
   box.replaceChildren(...parts);
 }
 
-function drawCharts(doc) {
+// The charts are fetched like the data, with the token when there is one (an <img src>
+// request cannot carry it, so with `--reads token` they never showed), and shown from blob:
+// URLs. A chart the controller refuses shows its name and the status instead.
+async function drawCharts(doc) {
   const box = document.getElementById("charts");
   const shown = [...box.querySelectorAll("img")].map((i) => i.dataset.name).join("\n");
-  if (!doc.charts.length || shown === doc.charts.join("\n")) return;
-  box.replaceChildren(...doc.charts.map((name) => el("img", {
-    src: `/dashboard/charts/${encodeURIComponent(name)}`, alt: name, "data-name": name})));
+  if (chartsLoading || !doc.charts.length || shown === doc.charts.join("\n")) return;
+  chartsLoading = true;
+  try {
+    const imgs = [];
+    for (const name of doc.charts) {
+      const r = await fetch(`/dashboard/charts/${encodeURIComponent(name)}`,
+                            {headers: authHeaders(), cache: "no-store"});
+      imgs.push(r.ok ? el("img", {src: URL.createObjectURL(await r.blob()), alt: name,
+                                  "data-name": name})
+                     : el("img", {alt: `${name} (HTTP ${r.status})`, "data-name": name}));
+    }
+    for (const old of box.querySelectorAll("img")) {
+      if (old.src) URL.revokeObjectURL(old.src);
+    }
+    box.replaceChildren(...imgs);
+  } finally {
+    chartsLoading = false;
+  }
 }
 
 function draw(doc) {
@@ -201,7 +224,7 @@ function draw(doc) {
   drawChart("chart-packets", doc, doc.series.vpc_packets, vpcLabel, 1);
   drawChart("chart-verdicts", doc, doc.series.verdicts, (s) => `${s.verdict} ${s.reason}`, 1);
   drawMigration(doc);
-  drawCharts(doc);
+  drawCharts(doc).catch((err) => console.warn("charts:", err));
   const p = doc.prometheus;
   document.getElementById("prometheus").textContent = p.ok ? `rates from ${p.url}`
     : `no rates: ${p.error}`;
@@ -215,8 +238,8 @@ function draw(doc) {
 async function poll() {
   const started = Date.now();
   try {
-    const headers = token ? {Authorization: `Bearer ${token}`} : {};
-    const r = await fetch(`/v1/dashboard?window=${WINDOW_S}`, {headers, cache: "no-store"});
+    const r = await fetch(`/v1/dashboard?window=${WINDOW_S}`,
+                          {headers: authHeaders(), cache: "no-store"});
     if (r.status === 401) {
       document.getElementById("login").hidden = false;
       document.getElementById("updated").textContent = "token needed";

@@ -113,3 +113,69 @@ def test_https_with_client_certificate_and_password(etcd_tls: EtcdServer) -> Non
                 s.get_prefix("intent/")
         finally:
             s.close()
+
+
+def test_bad_etcd_files_and_passwords_name_their_variable(tmp_path: Path) -> None:
+    """Issue 26, point 9: an empty password was accepted; a missing password or CA file
+    raised FileNotFoundError (and a file that is no PEM an ssl.SSLError) from deep inside
+    the store, instead of the ValueError naming the variable."""
+    empty, junk = tmp_path / "empty", tmp_path / "junk.pem"
+    empty.write_text("\n")
+    junk.write_text("not a certificate\n")
+    missing = str(tmp_path / "missing.pem")
+    user = "etcd://root@127.0.0.1:2379"
+    tls = "etcds://root@127.0.0.1:2379"
+    pw = {"CROSSZONE_ETCD_PASSWORD": "pw"}
+    for url, env, match in [
+        (user, {"CROSSZONE_ETCD_PASSWORD": ""}, "CROSSZONE_ETCD_PASSWORD is empty"),
+        (user, {"CROSSZONE_ETCD_PASSWORD_FILE": missing},
+         "CROSSZONE_ETCD_PASSWORD_FILE .*missing.pem: No such file"),
+        (user, {"CROSSZONE_ETCD_PASSWORD_FILE": str(empty)},
+         "CROSSZONE_ETCD_PASSWORD_FILE .*empty is empty"),
+        (user, {"CROSSZONE_ETCD_PASSWORD_FILE": str(tmp_path)},
+         "CROSSZONE_ETCD_PASSWORD_FILE .*: Is a directory"),
+        (tls, {**pw, "CROSSZONE_ETCD_CA": missing}, "CROSSZONE_ETCD_CA .*missing.pem: No such"),
+        (tls, {**pw, "CROSSZONE_ETCD_CA": str(junk)}, "CROSSZONE_ETCD_CA .*not a PEM CA"),
+        (tls, {**pw, "CROSSZONE_ETCD_CERT": missing, "CROSSZONE_ETCD_KEY": str(junk)},
+         "CROSSZONE_ETCD_CERT .*missing.pem: No such"),
+        (tls, {**pw, "CROSSZONE_ETCD_CERT": str(junk), "CROSSZONE_ETCD_KEY": missing},
+         "CROSSZONE_ETCD_KEY .*missing.pem: No such"),
+        (tls, {**pw, "CROSSZONE_ETCD_CERT": str(junk), "CROSSZONE_ETCD_KEY": str(junk)},
+         "CROSSZONE_ETCD_CERT .* and CROSSZONE_ETCD_KEY .*: not a PEM certificate"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            open_store(url, env=env)
+
+
+@pytest.mark.parametrize("url,warned", [
+    ("etcd://root@10.0.0.1:2379", True),
+    ("etcd://root@127.0.0.1:2379,etcd-b.example:2379", True),
+    ("etcd://root@127.0.0.1:2379,[::1]:2379,localhost:2379", False),
+    ("etcds://root@10.0.0.1:2379", False),
+    ("etcd://10.0.0.1:2379", False),   # no user: no password to leak
+])
+def test_a_password_over_plain_http_is_warned_about(url: str, warned: bool, caplog) -> None:
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="crosszone.store")
+    s = open_store(url, env={"CROSSZONE_ETCD_PASSWORD": "pw"})
+    s.close()
+    said = [r.getMessage() for r in caplog.records if r.name == "crosszone.store"]
+    if warned:
+        assert len(said) == 1 and "in clear over http" in said[0] and "etcds://" in said[0]
+        assert "pw" not in said[0].replace("password", "")
+    else:
+        assert said == []
+
+
+def test_the_commands_say_which_store_option_is_wrong(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from crosszone.cli import app
+
+    env = {"CROSSZONE_TOKEN": "t", "CROSSZONE_ETCD_PASSWORD_FILE": str(tmp_path / "none")}
+    for cmd in (["controller", "--store", "etcd://root@127.0.0.1:2379"],
+                ["agent", "--gateway", "gw-a", "--store", "etcd://root@127.0.0.1:2379"]):
+        r = CliRunner().invoke(app, cmd, env=env)
+        assert r.exit_code == 2, (cmd, r.output, r.exception)
+        assert "--store: CROSSZONE_ETCD_PASSWORD_FILE" in r.output and "No such file" in r.output

@@ -71,8 +71,12 @@ def agent_cmd(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--frr-config") from None
     pins = pin_dir or Path("/sys/fs/bpf/crosszone") / gateway
-    st = open_store(store)
     console = Console(stderr=True)
+    try:
+        st = open_store(store)
+    except ValueError as exc:  # a bad URL, a missing password or TLS file: named in exc
+        console.print(f"[red]error:[/red] --store: {escape(str(exc))}", highlight=False)
+        raise typer.Exit(2) from None
     console.print(escape(f"agent {gateway}: store {store}, pins {pins}"), highlight=False)
     # A missing or invalid intent on the first start: wait for a valid one, saying why.
     ensure_attached(st, gateway, pins, netns or None, reattach=reattach,

@@ -85,7 +85,12 @@ def controller_cmd(
         _fail("--tls-cert and --tls-key go together")
     if store.startswith("sqlite://"):
         Path(store.removeprefix("sqlite://")).parent.mkdir(parents=True, exist_ok=True)
-    ctl = Controller(open_store(store))
+    try:
+        st = open_store(store)
+    except ValueError as exc:  # a bad URL, a missing password or TLS file: named in exc
+        _fail(f"--store: {exc}")
+        return
+    ctl = Controller(st)
     if ctl.stored_problem:
         Console(stderr=True).print(f"[yellow]warning:[/yellow] {escape(ctl.stored_problem)}",
                                    highlight=False)

@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import ipaddress
 import json
+import logging
 import re
 import socket
 import ssl
@@ -63,6 +65,7 @@ _NEEDS_AUTH = ("user name is empty", "authentication failed", "permission denied
                "invalid auth management")
 _STALE_TOKEN = ("invalid auth token", "auth token is not found")
 _T = TypeVar("_T")
+log = logging.getLogger("crosszone.store")
 
 
 def _auth_error(text: str, user: str | None) -> StoreAuthError | None:
@@ -127,25 +130,84 @@ def parse_etcd_url(url: str) -> tuple[bool, str | None, list[str]]:
     return scheme == "etcds", userinfo or None, endpoints
 
 
+def _loopback(endpoint: str) -> bool:
+    """Whether host:port names this machine (traffic that never leaves it)."""
+    host = endpoint.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve anywhere
+
+
+def _password(user: str, env: Mapping[str, str]) -> str:
+    """The etcd user's password from CROSSZONE_ETCD_PASSWORD_FILE or CROSSZONE_ETCD_PASSWORD
+    (ValueError naming the variable when it is missing, unreadable or empty)."""
+    name = env.get("CROSSZONE_ETCD_PASSWORD_FILE")
+    if name:
+        try:
+            password = Path(name).read_text().rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise ValueError(f"CROSSZONE_ETCD_PASSWORD_FILE {name}: {why}") from None
+        if not password:
+            raise ValueError(f"CROSSZONE_ETCD_PASSWORD_FILE {name} is empty: etcd user "
+                             f"{user!r} needs its password there")
+        return password
+    if "CROSSZONE_ETCD_PASSWORD" not in env:
+        raise ValueError(f"etcd user {user!r} needs a password: set CROSSZONE_ETCD_PASSWORD "
+                         "or CROSSZONE_ETCD_PASSWORD_FILE")
+    if not env["CROSSZONE_ETCD_PASSWORD"]:
+        raise ValueError(f"CROSSZONE_ETCD_PASSWORD is empty: etcd user {user!r} needs its "
+                         "password there (or in CROSSZONE_ETCD_PASSWORD_FILE)")
+    return env["CROSSZONE_ETCD_PASSWORD"]
+
+
+def _check_tls_files(ca: str | None, cert: str | None, key: str | None) -> None:
+    """ValueError naming the variable whose file is missing, unreadable or not PEM (these
+    used to surface as FileNotFoundError or ssl.SSLError from deep inside the store)."""
+    for name, path in (("CA", ca), ("CERT", cert), ("KEY", key)):
+        if path:
+            try:
+                Path(path).read_bytes()
+            except OSError as exc:
+                raise ValueError(f"CROSSZONE_ETCD_{name} {path}: {exc.strerror or exc}"
+                                 ) from None
+    try:
+        if ca:
+            ssl.create_default_context(cafile=ca)
+    except ssl.SSLError as exc:
+        raise ValueError(f"CROSSZONE_ETCD_CA {ca}: not a PEM CA bundle ({exc})") from None
+    try:
+        if cert and key:
+            ssl.create_default_context().load_cert_chain(cert, key)
+    except ssl.SSLError as exc:
+        raise ValueError(f"CROSSZONE_ETCD_CERT {cert} and CROSSZONE_ETCD_KEY {key}: not a PEM "
+                         f"certificate and its key ({exc})") from None
+
+
 def etcd_from_url(url: str, env: Mapping[str, str]) -> EtcdStore:
     """An EtcdStore from etcd://[user@]host:port[,host:port...] or etcds://... and the
-    environment."""
+    environment.
+
+    ValueError names the variable or the part of the URL that is wrong. A password sent over
+    plain http to a member that is not this machine is allowed (a trusted network) but logged
+    as a warning: the password and the token travel in clear."""
     tls, user, endpoints = parse_etcd_url(url)
-    password = None
-    if user is not None:
-        if env.get("CROSSZONE_ETCD_PASSWORD_FILE"):
-            password = Path(env["CROSSZONE_ETCD_PASSWORD_FILE"]).read_text().rstrip("\r\n")
-        else:
-            password = env.get("CROSSZONE_ETCD_PASSWORD")
-        if password is None:
-            raise ValueError(f"etcd user {user!r} needs a password: set CROSSZONE_ETCD_PASSWORD "
-                             "or CROSSZONE_ETCD_PASSWORD_FILE")
+    password = None if user is None else _password(user, env)
     ca, cert, key = (env.get(f"CROSSZONE_ETCD_{n}") for n in ("CA", "CERT", "KEY"))
     if not tls and (ca or cert):
         raise ValueError("CROSSZONE_ETCD_CA/CERT given for a plain-http etcd URL: use etcds://")
     if bool(cert) != bool(key):
         raise ValueError("a client certificate needs both CROSSZONE_ETCD_CERT and "
                          "CROSSZONE_ETCD_KEY")
+    _check_tls_files(ca, cert, key)
+    remote = [e for e in endpoints if not _loopback(e)]
+    if password is not None and not tls and remote:
+        log.warning("etcd user %r: its password and token go in clear over http to %s; use "
+                    "etcds:// (and CROSSZONE_ETCD_CA) unless that network is trusted", user,
+                    ", ".join(remote))
     scheme = "https://" if tls else "http://"
     return EtcdStore([scheme + e for e in endpoints], user=user, password=password,
                      verify=ca or True, cert=(cert, key) if cert and key else None)

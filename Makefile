@@ -8,7 +8,7 @@ BPF_HDRS := $(wildcard $(BPF_SRC)/*.h)
 # -mcpu=v3: 32-bit jumps and ALU ops (kernel >= 5.1); the gateway object has ~10% fewer
 # instructions than with clang 14's default v1 (llvm-objdump: 3180 lines against 3510).
 BPF_CFLAGS := -O2 -g -target bpf -mcpu=v3 -Wall -Werror -I/usr/include/$(shell uname -m)-linux-gnu
-APT_PKGS := clang llvm libbpf-dev bpftool iproute2 nftables frr nginx-light etcd-server \
+APT_PKGS := clang llvm gcc linux-libc-dev libbpf-dev bpftool iproute2 nftables frr nginx-light etcd-server \
             etcd-client iputils-ping tcpdump libelf1 ethtool prometheus chromium chromium-driver
 BPF_OBJS := $(BUILD)/xdp_gateway.o $(BUILD)/xdp_gateway_lpm.o $(BUILD)/xdp_floor.o \
             $(BUILD)/xdp_pass.o $(BUILD)/xdp_drop.o $(BUILD)/xdp_gateway_testclock.o

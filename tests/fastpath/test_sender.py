@@ -1,5 +1,5 @@
 """cz_sender, the ordinary sender of `bench forward`: frames it puts on a veth reach the peer
-intact (the bench's validating sink counts them good, one by one), in both of its modes, with
+intact (the bench's validating sink counts them good, one by one), in each of its modes, with
 no BPF test run involved; a frame it was given wrong is counted corrupted, not good."""
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def sink(veth: tuple[str, int, int]) -> Iterator[BpfObject]:
         obj.close()
 
 
-@pytest.mark.parametrize("mode", ["tx_ring", "sendmmsg"])
+@pytest.mark.parametrize("mode", ["tx_ring", "sendmmsg", "af_xdp"])
 def test_every_sent_frame_reaches_the_peer_intact(veth, sink, mode, tmp_path):
     ns, a, _ = veth
     report = send(ns, a, inner_frame(), mode, tmp_path)

@@ -72,9 +72,10 @@ def bench_forward(
     rounds: int = typer.Option(3, "--rounds", min=1, max=20,
                                help="interleaved rounds of every row (medians)"),
     cpu: int = typer.Option(-1, "--cpu", help="CPU to pin to (default: the last)"),
-    sender: str = typer.Option("tx_ring", "--sender",
-                               help="tx_ring (AF_PACKET transmit ring), sendmmsg, or "
-                                    "live_frames (a BPF test run, where the kernel allows it)"),
+    sender: str = typer.Option("af_xdp", "--sender",
+                               help="af_xdp (copy mode), tx_ring (AF_PACKET transmit ring), "
+                                    "sendmmsg, or live_frames (a BPF test run, where the kernel "
+                                    "allows it)"),
 ) -> None:
     """MTU-size VXLAN through one legacy, one crosszone and one floor gateway (same
     generator): pps, Gbps, CPU ns per forwarded packet, corrupted/misrouted counts."""

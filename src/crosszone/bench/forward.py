@@ -7,17 +7,17 @@ Path, rebuilt for every row so that rows share nothing:
 (with CROSSZONE_EMULATE_INSTANCE=f: czbenchf-gen and so on, and the pins under czbenchf.)
 
 - Generator: cz_sender (bench/sender/cz_sender.c, built by `make build`) in the generator's
-  namespace puts the frame on g0 through an AF_PACKET transmit ring with PACKET_QDISC_BYPASS,
-  an ordinary sender that needs no BPF test run (docs/emulate.md: why this one). The process
+  namespace puts the frame on g0 through an AF_XDP socket in copy mode, an ordinary sender
+  that needs no BPF test run (docs/emulate.md: why this one). The process
   is pinned to one CPU; the veth hands frames on in softirq on that CPU, so the sender, the
   gateway and the sink all run on it, and its busy time per forwarded packet (/proc/stat, read
   by the sender around its measured phase) is the cost of one packet end to end;
   `gateway_ns_per_pkt` subtracts the generator row's cost (send + drop at c0). `--sender`
-  picks cz_sender's sendmmsg mode, or the former live-frames test run (bpf/bench_forward_gen.c)
-  where the kernel allows it, for comparison.
+  picks cz_sender's other modes (AF_PACKET transmit ring, sendmmsg), or the former live-frames
+  test run (bpf/bench_forward_gen.c) where the kernel allows it, for comparison.
 - Gateway: legacy (VXLAN device + nftables translation + routing, as in the emulator), crosszone
   (`crosszone fastpath attach` with an intent for this path) or floor (strip 50 bytes, rewrite
-  MACs, redirect: nothing forwards for less on this path).
+  MACs, redirect through a devmap as the gateway does: nothing forwards for less on this path).
 - Sink: an XDP program on r0 (bpf/bench_forward_sink.c) that validates and counts good,
   corrupted and misrouted frames; frames sent and not counted good are `lost`.
 - Generator's own rate: the same generator into a c0 that runs XDP_DROP.
@@ -75,13 +75,14 @@ BENCH_PROGRAMS = {"gen": "bench_forward_gen", "sink": "bench_forward_sink",
                   "floor_fwd": "bench_forward_floor"}
 #: The generator's sender, built by `make build` from bench/sender/cz_sender.c.
 SENDER = BUILD / "cz_sender"
-#: Senders: cz_sender's two modes, and the former live-frames test run (where allowed).
-SENDERS = ("tx_ring", "sendmmsg", "live_frames")
-#: The fastest here (docs/emulate.md: tx_ring against sendmmsg and live frames, same run).
-DEFAULT_SENDER = "tx_ring"
+#: Senders: cz_sender's three modes, and the former live-frames test run (where allowed).
+SENDERS = ("tx_ring", "sendmmsg", "af_xdp", "live_frames")
+#: The fastest here (docs/emulate.md: af_xdp against tx_ring and sendmmsg, same run).
+DEFAULT_SENDER = "af_xdp"
 SENDER_DESCRIPTION = {
     "tx_ring": "cz_sender: AF_PACKET TPACKET_V2 transmit ring, PACKET_QDISC_BYPASS",
     "sendmmsg": "cz_sender: AF_PACKET sendmmsg of 64 frames, PACKET_QDISC_BYPASS",
+    "af_xdp": "cz_sender: AF_XDP socket, copy mode, transmit ring",
     "live_frames": "BPF_PROG_TEST_RUN live frames, batch 64, XDP_TX (header rewrite)",
 }
 
@@ -250,7 +251,9 @@ def bench_path(kind: str, objs: dict[str, Path]) -> Iterator[dict[str, Any]]:
             cfg = struct.pack("<I6s6s", _ifindex(GW, "s0"), _mac_bytes(MAC["r0"]),
                               _mac_bytes(MAC["s0"]))
             fwd.map("fwd_cfg").update(struct.pack("<I", 0), cfg)
-            with in_netns(GW):
+            with in_netns(GW):  # a devmap resolves the ifindex in the writer's namespace
+                fwd.map("fwd_port").update(struct.pack("<I", 0),
+                                           struct.pack("<I", _ifindex(GW, "s0")))
                 xdp_attach(_ifindex(GW, "c0"), fwd.program("cz_bench_fwd").fd)
         elif kind == "generator":
             drop = BpfObject.open(BUILD / "xdp_drop.o")
@@ -433,6 +436,10 @@ def run_row(kind: str, objs: dict[str, Path], seconds: float, cpu: int,
         "pps": round(pps),
         "gbps": round(pps * len(frame) * 8 / 1e9, 3),
         "cpu_ns_per_pkt": round(busy / delivered, 1) if delivered else None,
+        # The sender never sleeps and is pinned, so wall time per packet bounds the CPU time
+        # per packet from above; the two agree when cpu_busy is near 1 (docs/emulate.md: with
+        # live frames /proc/stat counted the CPU busy 26-80 % of the time, so only this held).
+        "wall_ns_per_pkt": round(elapsed * 1e9 / delivered, 1) if delivered else None,
         "corrupted": corrupted,
         "misrouted": misrouted,
         # Frames the sender put on g0 that the sink did not count as good (a full veth ring,

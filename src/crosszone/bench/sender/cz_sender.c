@@ -3,17 +3,21 @@
  * sender on the generator's veth that needs no BPF test run. Built by `make build`
  * (build/cz_sender) with the host's C compiler.
  *
- *   cz_sender --ifindex N --frame FILE --seconds S [--mode tx_ring|sendmmsg] [--warmup K]
+ *   cz_sender --ifindex N --frame FILE --seconds S [--mode af_xdp|tx_ring|sendmmsg]
+ *             [--warmup K]
  *
  * Sends the frame in FILE (raw bytes, Ethernet header first) out of interface N of the calling
  * network namespace, as fast as the kernel takes it:
  *
- * - tx_ring (default): AF_PACKET with a TPACKET_V2 transmit ring and PACKET_QDISC_BYPASS. The
+ * - tx_ring (the default of this program; `bench forward` uses af_xdp): AF_PACKET with a TPACKET_V2 transmit ring and PACKET_QDISC_BYPASS. The
  *   frame is copied into every ring slot once; a round marks every free slot for sending and
  *   issues one send(), so a syscall moves up to a ring's worth of frames, and the kernel builds
  *   each skb with page fragments that point into the ring (no copy of the payload).
  * - sendmmsg: AF_PACKET with PACKET_QDISC_BYPASS, sendmmsg() of 64 frames per call; the kernel
  *   copies each frame into a new skb.
+ * - af_xdp: an AF_XDP socket in copy mode (veth has no zero-copy), transmit ring only: the
+ *   kernel copies each descriptor's frame from the UMEM into a new skb and hands it to the
+ *   driver directly, at most 32 frames per sendto() (the kernel's per-call budget).
  *
  * The header bytes (first HDR_BYTES) of a slot are written again before each send: a receiver
  * that rewrote them in place (the legacy gateway's nftables translation writes the inner source
@@ -30,6 +34,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <linux/if_packet.h>
+#include <linux/if_xdp.h>
 #include <net/ethernet.h>
 #include <sched.h>
 #include <stdint.h>
@@ -46,15 +51,18 @@
 #define RING_BLOCK 4096           /* bytes per ring block: two slots (a page) */
 #define BATCH 64                  /* frames per sendmmsg() */
 #define HDR_BYTES 96              /* outer + inner headers, rewritten before each send */
-#define CHECK_EVERY_NS 1000000    /* how often the clock is read while sending */
+#define XSK_FRAMES 2048           /* UMEM chunks and ring entries of the af_xdp mode */
 
 struct opts {
 	int ifindex;
 	const char *frame_path;
 	double seconds;
 	long warmup;
-	int ring;
+	int mode;
 };
+
+enum { MODE_TX_RING, MODE_SENDMMSG, MODE_AF_XDP };
+static const char *const MODE_NAMES[] = {"tx_ring", "sendmmsg", "af_xdp"};
 
 static void die(const char *what)
 {
@@ -65,7 +73,7 @@ static void die(const char *what)
 static void usage(const char *msg)
 {
 	fprintf(stderr, "cz_sender: %s\nusage: cz_sender --ifindex N --frame FILE --seconds S "
-		"[--mode tx_ring|sendmmsg] [--warmup FRAMES]\n", msg);
+		"[--mode tx_ring|sendmmsg|af_xdp] [--warmup FRAMES]\n", msg);
 	exit(2);
 }
 
@@ -145,6 +153,11 @@ struct sender {
 	/* sendmmsg */
 	struct mmsghdr msgs[BATCH];
 	struct iovec iov;
+	/* af_xdp */
+	unsigned char *umem;
+	unsigned char *tx_map, *cq_map;
+	struct xdp_mmap_offsets off;
+	uint32_t tx_prod, cq_cons;
 	long errors;
 };
 
@@ -213,15 +226,102 @@ static long mmsg_round(struct sender *s, long most)
 	return n;
 }
 
+static void xsk_setup(struct sender *s, int ifindex)
+{
+	struct xdp_umem_reg reg = {.len = (uint64_t)XSK_FRAMES * MAX_FRAME,
+				   .chunk_size = MAX_FRAME};
+	struct sockaddr_xdp sxdp = {.sxdp_family = AF_XDP, .sxdp_ifindex = (uint32_t)ifindex,
+				    .sxdp_flags = XDP_COPY};
+	socklen_t optlen = sizeof(s->off);
+	int n = XSK_FRAMES;
+
+	s->fd = socket(AF_XDP, SOCK_RAW, 0);
+	if (s->fd < 0)
+		die("socket(AF_XDP)");
+	s->umem = mmap(NULL, reg.len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (s->umem == MAP_FAILED)
+		die("mmap of the UMEM");
+	reg.addr = (uint64_t)(uintptr_t)s->umem;
+	if (setsockopt(s->fd, SOL_XDP, XDP_UMEM_REG, &reg, sizeof(reg)))
+		die("XDP_UMEM_REG");
+	/* A UMEM needs both of its rings even when only sending (the fill ring stays empty). */
+	if (setsockopt(s->fd, SOL_XDP, XDP_UMEM_FILL_RING, &n, sizeof(n)) ||
+	    setsockopt(s->fd, SOL_XDP, XDP_UMEM_COMPLETION_RING, &n, sizeof(n)) ||
+	    setsockopt(s->fd, SOL_XDP, XDP_TX_RING, &n, sizeof(n)))
+		die("AF_XDP rings");
+	if (getsockopt(s->fd, SOL_XDP, XDP_MMAP_OFFSETS, &s->off, &optlen))
+		die("XDP_MMAP_OFFSETS");
+	s->tx_map = mmap(NULL, s->off.tx.desc + XSK_FRAMES * sizeof(struct xdp_desc),
+			 PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, s->fd, XDP_PGOFF_TX_RING);
+	s->cq_map = mmap(NULL, s->off.cr.desc + XSK_FRAMES * sizeof(uint64_t),
+			 PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, s->fd,
+			 XDP_UMEM_PGOFF_COMPLETION_RING);
+	if (s->tx_map == MAP_FAILED || s->cq_map == MAP_FAILED)
+		die("mmap of the AF_XDP rings");
+	if (bind(s->fd, (struct sockaddr *)&sxdp, sizeof(sxdp)))
+		die("bind of the AF_XDP socket (copy mode)");
+	for (unsigned i = 0; i < XSK_FRAMES; i++)
+		memcpy(s->umem + (size_t)i * MAX_FRAME, s->frame, s->len);
+}
+
+/* Reap the completion ring: chunks the kernel is done with. */
+static void xsk_complete(struct sender *s)
+{
+	uint32_t *prod = (uint32_t *)(s->cq_map + s->off.cr.producer);
+	uint32_t *cons = (uint32_t *)(s->cq_map + s->off.cr.consumer);
+
+	s->cq_cons = __atomic_load_n(prod, __ATOMIC_ACQUIRE);
+	__atomic_store_n(cons, s->cq_cons, __ATOMIC_RELEASE);
+}
+
+static long xsk_round(struct sender *s, long most)
+{
+	uint32_t *prod = (uint32_t *)(s->tx_map + s->off.tx.producer);
+	struct xdp_desc *desc = (struct xdp_desc *)(s->tx_map + s->off.tx.desc);
+	long queued = 0;
+
+	xsk_complete(s);
+	/* tx_prod - cq_cons frames are in the kernel's hands; the rest of the UMEM is free. */
+	while (queued < most && s->tx_prod - s->cq_cons < XSK_FRAMES) {
+		uint32_t i = s->tx_prod % XSK_FRAMES;
+
+		memcpy(s->umem + (size_t)i * MAX_FRAME, s->frame, HDR_BYTES);
+		desc[i].addr = (uint64_t)i * MAX_FRAME;
+		desc[i].len = (uint32_t)s->len;
+		desc[i].options = 0;
+		s->tx_prod++;
+		queued++;
+	}
+	__atomic_store_n(prod, s->tx_prod, __ATOMIC_RELEASE);
+	if (sendto(s->fd, NULL, 0, MSG_DONTWAIT, NULL, 0) < 0 && errno != EAGAIN &&
+	    errno != EBUSY && errno != ENOBUFS)
+		die("sendto on the AF_XDP socket");
+	return queued;
+}
+
+/* Wait until the kernel has completed every frame handed to it. */
+static void xsk_drain(struct sender *s)
+{
+	uint64_t deadline = now_ns() + 1000000000ull;
+
+	do {
+		sendto(s->fd, NULL, 0, MSG_DONTWAIT, NULL, 0);
+		xsk_complete(s);
+	} while (s->cq_cons != s->tx_prod && now_ns() < deadline);
+	s->errors += (long)(s->tx_prod - s->cq_cons);  /* never completed: not sent */
+	s->cq_cons = s->tx_prod;
+}
+
 /* Send until `until_ns` or `limit` frames (limit < 0: no limit); returns frames sent. */
-static long send_for(struct sender *s, int ring, uint64_t until_ns, long limit)
+static long send_for(struct sender *s, int mode, uint64_t until_ns, long limit)
 {
 	long sent = 0, most;
 	uint64_t next_check = 0;
 
 	while (limit < 0 || sent < limit) {
 		most = limit < 0 ? RING_FRAMES : limit - sent;
-		sent += ring ? ring_round(s, most) : mmsg_round(s, most);
+		sent += mode == MODE_TX_RING ? ring_round(s, most) :
+			mode == MODE_SENDMMSG ? mmsg_round(s, most) : xsk_round(s, most);
 		if (sent >= (long)next_check) {
 			if (now_ns() >= until_ns)
 				break;
@@ -250,9 +350,17 @@ static void ring_drain(struct sender *s)
 	}
 }
 
+static void drain(struct sender *s, int mode)
+{
+	if (mode == MODE_TX_RING)
+		ring_drain(s);
+	else if (mode == MODE_AF_XDP)
+		xsk_drain(s);
+}
+
 static void parse(int argc, char **argv, struct opts *o)
 {
-	o->ring = 1;
+	o->mode = MODE_TX_RING;
 	o->warmup = 20000;
 	o->seconds = -1;
 	for (int i = 1; i < argc; i++) {
@@ -269,9 +377,11 @@ static void parse(int argc, char **argv, struct opts *o)
 		else if (!strcmp(a, "--warmup"))
 			o->warmup = atol(v);
 		else if (!strcmp(a, "--mode") && !strcmp(v, "tx_ring"))
-			o->ring = 1;
+			o->mode = MODE_TX_RING;
 		else if (!strcmp(a, "--mode") && !strcmp(v, "sendmmsg"))
-			o->ring = 0;
+			o->mode = MODE_SENDMMSG;
+		else if (!strcmp(a, "--mode") && !strcmp(v, "af_xdp"))
+			o->mode = MODE_AF_XDP;
 		else
 			usage("unknown option or mode");
 		i++;
@@ -294,14 +404,17 @@ int main(int argc, char **argv)
 	parse(argc, argv, &o);
 	s.frame = frame;
 	s.len = read_frame(o.frame_path, frame);
-	s.fd = open_socket(o.ifindex);
-	if (o.ring)
-		ring_setup(&s);
-	else
-		mmsg_setup(&s);
-	send_for(&s, o.ring, UINT64_MAX, o.warmup);
-	if (o.ring)
-		ring_drain(&s);
+	if (o.mode == MODE_AF_XDP) {
+		xsk_setup(&s, o.ifindex);
+	} else {
+		s.fd = open_socket(o.ifindex);
+		if (o.mode == MODE_TX_RING)
+			ring_setup(&s);
+		else
+			mmsg_setup(&s);
+	}
+	send_for(&s, o.mode, UINT64_MAX, o.warmup);
+	drain(&s, o.mode);
 	s.errors = 0;
 	printf("ready\n");
 	fflush(stdout);
@@ -310,13 +423,12 @@ int main(int argc, char **argv)
 	cpu = sched_getcpu();
 	b0 = cpu_busy_ns(cpu);
 	t0 = now_ns();
-	sent = send_for(&s, o.ring, t0 + (uint64_t)(o.seconds * 1e9), -1);
-	if (o.ring)
-		ring_drain(&s);
+	sent = send_for(&s, o.mode, t0 + (uint64_t)(o.seconds * 1e9), -1);
+	drain(&s, o.mode);
 	t1 = now_ns();
 	b1 = cpu_busy_ns(cpu);
 	printf("{\"sent\": %ld, \"errors\": %ld, \"ns\": %llu, \"cpu\": %d, \"busy_ns\": %llu, "
 	       "\"mode\": \"%s\"}\n", sent - s.errors, s.errors, (unsigned long long)(t1 - t0), cpu,
-	       (unsigned long long)(b1 - b0), o.ring ? "tx_ring" : "sendmmsg");
+	       (unsigned long long)(b1 - b0), MODE_NAMES[o.mode]);
 	return 0;
 }

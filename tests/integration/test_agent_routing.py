@@ -216,10 +216,9 @@ def test_agent_applies_intent_changes_to_frr_without_resetting_sessions(lab: Lab
         # the IPv4 routes reach the router's kernel through the gateway
         kernel = sh("ip", "-n", lab.rt_ns, "route", "show", "100.64.0.0/16").stdout
         assert "via 10.77.0.2" in kernel
-        # The baseline: the apply that creates a neighbour may see the new session reset
-        # once ("No AFI/SAFI activated for peer": the router connects between FRR taking
-        # `neighbor ... remote-as` and the IPv6 `activate` line after it); from here on no
-        # apply may touch it.
+        # The baseline: a new neighbour's first session may be reset once right after it
+        # comes up ("No AFI/SAFI activated for peer" or "Cease/BFD Down", docs/routing.md);
+        # from here on no apply may touch it.
         up = _session(lab)
         assert up["connectionsEstablished"] <= 2, up
 

@@ -351,8 +351,9 @@ def test_targets_system_and_per_namespace() -> None:
     # an explicit socket directory is already per namespace: -N would be joined onto it
     sock = FrrTarget(pathspace="gw1", vty_socket=Path("/run/x/gw1"))
     assert "-N" not in sock.vtysh() and "-N" not in sock.reload_argv("--test")
+    assert sock.conf == Path("/run/x/gw1/frr.conf")  # never /etc/frr's by default
     assert sock.reload_argv("--reload")[-3:] == ["--vty_socket", "/run/x/gw1",
-                                                 "/etc/frr/gw1/frr.conf"]
+                                                 "/run/x/gw1/frr.conf"]
 
 
 def test_frr_reload_is_never_asked_to_write_vtyshs_own_configuration() -> None:

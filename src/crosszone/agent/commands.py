@@ -41,8 +41,9 @@ def agent_cmd(
                                            "default: the system's FRR."),
     frr_config: Path = typer.Option(None, "--frr-config",
                                     help="Where the rendered FRR configuration is kept, "
-                                         "a file named frr.conf (default /etc/frr/frr.conf, "
-                                         "with --frr-pathspace /etc/frr/NAME/frr.conf)."),
+                                         "a file named frr.conf (default /etc/frr/frr.conf; "
+                                         "DIR/frr.conf with --frr-vty DIR, "
+                                         "/etc/frr/NAME/frr.conf with --frr-pathspace)."),
     frr_rundir: Path = typer.Option(Path("/var/run/frr"), "--frr-rundir",
                                     help="frr-reload.py's directory for temporary files."),
 ) -> None:

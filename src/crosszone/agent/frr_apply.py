@@ -63,7 +63,8 @@ class Applier(Protocol):
 class FrrTarget:
     """One FRR instance: the system's by default, or a per-namespace one (see the module
     docstring). config_file: where the rendered configuration is kept (default: frr.conf in
-    confdir, or in confdir/NAME for a pathspace); it must be named frr.conf.
+    the vty socket directory when one is given, else in confdir, or in confdir/NAME for a
+    pathspace); it must be named frr.conf.
 
     Why the name: after a reload, frr-reload.py runs `vtysh write` unless the file it applied is
     <confdir>/frr.conf, and vtysh writes the running configuration to *its* configuration file,
@@ -90,6 +91,10 @@ class FrrTarget:
         """The configuration file this target keeps."""
         if self.config_file is not None:
             return self.config_file
+        if self.vty_socket is not None:
+            # an instance with its own socket directory keeps its files there (the emulator's
+            # start file is DIR/frr.conf): never the system's /etc/frr/frr.conf by default
+            return self.vty_socket / "frr.conf"
         return self.confdir / (self.pathspace or "") / "frr.conf"
 
     def _where(self) -> list[str]:

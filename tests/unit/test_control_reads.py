@@ -168,4 +168,5 @@ def test_open_reads_leave_a_route_change_near_its_latency() -> None:
     import read_load
 
     got = read_load.measure(None, prefixes=100_000, readers=8, changes=40)
-    assert got["loaded_p50_ms"] < got["quiet_p50_ms"] + 30, got
+    # loose, for a loaded CI box (the readers share its cores): before, 130-200 ms
+    assert got["loaded_p50_ms"] < max(4 * got["quiet_p50_ms"], got["quiet_p50_ms"] + 50), got

@@ -7,12 +7,13 @@ router's configuration goes in through the same applier (a plain config, no agen
 
 The gateway's agent runs on a SQLite store with a dict sink for maps (the fast path is not
 under test here). Through intent changes and a routing-state change it checks that: the router
-learns what the gateway announces (IPv4 and IPv6, with BFD up); an added VPC changes only its
-own lines and is learnt; a removed VPC is withdrawn; a link-bandwidth weight reaches the
-router; re-applying changes nothing; the maps of an added VPC are written while FRR does not
-announce it yet, and those of a removed one after FRR withdrew it; the BGP session never resets
-(the router's count of established and dropped connections does not move after the first
-apply); and /etc/frr/frr.conf is left as it was.
+learns what the gateway announces (IPv4 and IPv6, with BFD up); re-applying changes nothing;
+an added VPC changes only its own lines and is learnt; a removed VPC is withdrawn; the maps of
+an added VPC are written while FRR does not announce it yet, and those of a removed one after
+FRR withdrew it; a prefix removed by hand in FRR is put back at the next check; a
+link-bandwidth weight reaches the router; the BGP session never resets (the router's count of
+established and dropped connections does not move after the first apply); and
+/etc/frr/frr.conf is left as it was.
 
 Namespaces `czt23-<pid>-gw` / `-rt`: unique, and never the emulator's `cz-*`/`czemu-*`.
 Everything (daemons, namespaces, files) goes in `finally`.
@@ -196,7 +197,8 @@ def test_agent_applies_intent_changes_to_frr_without_resetting_sessions(lab: Lab
 
     target = FrrTarget(vty_socket=lab.gw.dir, config_file=lab.gw.dir / "frr.conf",
                        rundir=lab.base / "run")
-    owner = RoutingOwner("gw-t", FrrReloadApplier(target), hostname=socket.gethostname())
+    owner = RoutingOwner("gw-t", FrrReloadApplier(target), hostname=socket.gethostname(),
+                         check_every=3600)
     store = SqliteStore(str(tmp_path / "s.db"))
     try:
         sink = WatchingSink(lab.gw, "100.65.0.0/16")
@@ -247,6 +249,15 @@ def test_agent_applies_intent_changes_to_frr_without_resetting_sessions(lab: Lab
         assert "100.65.0.0/16" not in owner.status()["announced"]
         _wait("the router to drop VPC b", lambda: "100.65.0.0/16" not in _learnt(lab))
         assert _learnt(lab) >= first
+
+        # FRR changed behind the agent's back: the next check puts the intent back
+        lab.gw.vtysh("configure terminal", "router bgp 65100", "address-family ipv4 unicast",
+                     "no network 100.64.0.0/16")
+        _wait("the router to lose 100.64.0.0/16", lambda: "100.64.0.0/16" not in _learnt(lab))
+        owner._checked_at -= owner.check_every  # the check is due
+        agent.step(0)
+        assert owner.drift_corrections == 1
+        _wait("the router to learn it again", lambda: "100.64.0.0/16" in _learnt(lab))
 
         # a migration weight: the link-bandwidth community reaches the router
         owner.set_state(RoutingState(bandwidth_mbps=400))

@@ -77,11 +77,13 @@ class FakeApplier:
         self.log = log
         self.configs: list[str] = []
         self.fail: str | None = None
+        self.drifted = False  # FRR was changed behind the agent's back
 
     def apply(self, config: str) -> Changes:
         if self.fail:
             raise ApplyError(self.fail)
-        changed = not self.configs or self.configs[-1] != config
+        changed = not self.configs or self.configs[-1] != config or self.drifted
+        self.drifted = False
         self.configs.append(config)
         self.log.events.append(("frr", config))
         return Changes(added=("x",) if changed else ())
@@ -248,6 +250,25 @@ def test_a_failing_frr_is_reported_retried_and_never_holds_back_the_maps(world) 
     agent.step(0)
     assert owner.mode == "managed" and applier.configs
     assert owner.applied_revision == agent.rec.revision
+
+
+def test_a_drifted_frr_is_corrected_at_the_next_check(world) -> None:
+    store, agent, owner, applier, _log, clock = world
+    _put(store, _objects())
+    agent.step(0)
+    n, applies = len(applier.configs), owner.applies
+    clock.t += owner.check_every - 1
+    agent.step(0)
+    assert len(applier.configs) == n  # not due yet
+    clock.t += 1
+    agent.step(0)
+    assert len(applier.configs) == n + 1  # the same text again: nothing differed
+    assert owner.drift_corrections == 0 and owner.applies == applies
+    applier.drifted = True
+    clock.t += owner.check_every
+    agent.step(0)
+    assert owner.drift_corrections == 1 and applier.configs[-1] == applier.configs[n - 1]
+    assert agent.status()["routing"]["drift_corrections"] == 1
 
 
 def test_a_routing_state_change_is_applied_and_reported(world) -> None:

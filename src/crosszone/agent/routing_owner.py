@@ -16,7 +16,9 @@ Only the difference reaches FRR (`frr_apply`): an unchanged intent renders the s
 applies nothing. A failed apply is reported (status, `crosszone_routing_apply_errors_total`)
 and tried again every `retry_every` seconds; it never holds back the maps (a VPC the operator
 removed has nowhere to go either way). A gateway whose intent has no `bgp:` is left alone
-("unmanaged"): the operator runs its routing.
+("unmanaged"): the operator runs its routing. Every `check_every` seconds (60) the same text
+is applied again, which corrects a configuration changed behind the agent's back (counted in
+`drift_corrections`); when nothing differs that costs one frr-reload.py comparison.
 
 `state` is the migration's per-gateway routing state (frr_config.RoutingState); until the
 migration writes one (issue 23, deliverable 2) it is the default: everything announced, no
@@ -58,13 +60,14 @@ class RoutingOwner(Collector):
     def __init__(self, gateway: str, applier: Applier, state: RoutingState | None = None,
                  hostname: str | None = None, log_file: str | None = None,
                  sessions: Callable[[], dict[str, Any]] | None = None,
-                 now: Callable[[], float] = time.monotonic, retry_every: float = 5.0) -> None:
+                 now: Callable[[], float] = time.monotonic, retry_every: float = 5.0,
+                 check_every: float = 60.0) -> None:
         self.gateway = gateway
         self.applier = applier
         self.state = state or RoutingState()
         self.hostname, self.log_file = hostname, log_file
         self.sessions = sessions
-        self.now, self.retry_every = now, retry_every
+        self.now, self.retry_every, self.check_every = now, retry_every, check_every
         self.mode = "starting"          # managed | unmanaged | error | starting
         self.message = ""
         self.applied: Rendered | None = None     # what FRR holds, as far as we know
@@ -72,6 +75,8 @@ class RoutingOwner(Collector):
         self.last_changes = Changes()
         self.applies = 0
         self.errors = 0
+        self.drift_corrections = 0
+        self._checked_at = 0.0
         self._clusters: dict[bytes, Cluster | None] = {}
         self._applied_core: bytes | None = None  # the core object FRR's announcements follow
         self._done_key: tuple[bytes, RoutingState] | None = None
@@ -147,7 +152,7 @@ class RoutingOwner(Collector):
         if self.mode == "error":
             if self.now() < self._retry_at:
                 return
-        elif key == self._done_key:
+        elif key == self._done_key and not self._check_due():
             return
         cluster = self._cluster(core)
         if cluster is None:
@@ -165,16 +170,33 @@ class RoutingOwner(Collector):
                             "to the operator (FRR keeps whatever it runs)")
             self._done_key = key
             return
-        if self._apply(target, rec.revision):
+        check = key == self._done_key and self.mode == "managed"
+        if self._apply(target, rec.revision, check):
             self._done_key, self._applied_core = key, core
 
-    def _apply(self, target: Rendered, revision: int | None) -> bool:
-        """Apply one rendered configuration; False (and reported) when FRR did not take it."""
+    def _check_due(self) -> bool:
+        """Whether to apply the same text again: FRR may have been changed behind the agent's
+        back (a vtysh session, a restart from another file). When nothing differs this costs
+        frr-reload.py's comparison alone."""
+        return (self.mode == "managed" and self.check_every > 0
+                and self.now() - self._checked_at >= self.check_every)
+
+    def _apply(self, target: Rendered, revision: int | None, check: bool = False) -> bool:
+        """Apply one rendered configuration; False (and reported) when FRR did not take it.
+        check: the same text again (a drift check): only a difference counts as a change."""
         try:
             changes = self.applier.apply(target.config)
         except (ApplyError, OSError, subprocess.SubprocessError) as exc:
             self._failed(str(exc))
             return False
+        self._checked_at = self.now()
+        if check and not changes.empty:
+            self.drift_corrections += 1
+            log.warning("gateway %s: FRR's configuration had drifted from the intent: "
+                        "%d lines deleted, %d added to correct it", self.gateway,
+                        len(changes.deleted), len(changes.added))
+        if check and changes.empty:
+            return True
         self.applies += 1
         self.applied, self.last_changes = target, changes
         if revision is None:
@@ -207,6 +229,7 @@ class RoutingOwner(Collector):
             "withdraw": a.state.withdraw if a else False,
             "canary": a.state.canary if a else None,
             "applies": self.applies, "errors": self.errors,
+            "drift_corrections": self.drift_corrections,
             "last_change": {"deleted": len(self.last_changes.deleted),
                             "added": len(self.last_changes.added),
                             "ms": round(self.last_changes.seconds * 1000, 1)},
@@ -255,6 +278,10 @@ class RoutingOwner(Collector):
                                 "could not be rendered or applied")
         e.add_metric([], self.errors)
         yield e
+        d = CounterMetricFamily("crosszone_routing_drift_corrections", "Times FRR's "
+                                "configuration differed from the intent's and was corrected")
+        d.add_metric([], self.drift_corrections)
+        yield d
 
 
 def routing_owner(gateway: str, target: FrrTarget,

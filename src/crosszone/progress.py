@@ -31,7 +31,7 @@ class Progress:
     def __enter__(self) -> Progress:
         self.start = self.clock()
         if self.console.is_terminal:
-            self._status = self.console.status(f"{self.title}: starting")
+            self._status = self.console.status(escape(f"{self.title}: starting"))
             self._status.start()
         return self
 
@@ -41,7 +41,7 @@ class Progress:
         self.console.print(f"[cyan]{escape(self.title)}[/cyan] ({self._elapsed()}) "
                            f"{escape(message)}", markup=True, highlight=False)
         if self._status is not None:
-            self._status.update(f"{self.title}: {message}")
+            self._status.update(escape(f"{self.title}: {message}"))  # a file name may hold [/x]
 
     def _elapsed(self) -> str:
         return f"{self.clock() - self.start:5.1f} s"

@@ -60,6 +60,16 @@ def test_on_a_terminal_a_spinner_runs_beside_the_lines() -> None:
     assert "bench control" in buf.getvalue() and "sqlite store" in buf.getvalue()
 
 
+def test_markup_in_a_step_is_text_on_a_terminal_too() -> None:
+    """Issue 26, point 4: `crosszone apply '[/x].yaml'` on a terminal: the spinner's text was
+    read as markup (MarkupError)."""
+    console, buf = _console(terminal=True)
+    with Progress("apply [/x]", console=console) as p:
+        p.step("validating /tmp/[/x][bold].yaml")
+        time.sleep(0.2)
+    assert "validating /tmp/[/x][bold].yaml" in buf.getvalue()
+
+
 def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CROSSZONE, *args], capture_output=True, text=True, timeout=timeout,
                           check=False)

@@ -314,7 +314,7 @@ def ensure_attached(store: Store, gateway: str, pin_dir: Path, netns: str | None
     while True:
         tables: Tables | None = None
         try:
-            objs, rev = store.get_prefix(INTENT)
+            objs, _ = store.get_prefix(INTENT)
             # Only the interfaces matter here (write_tables=False), so the core intent (no
             # pool prefixes) is enough; the chunks are parsed by the reconcile.
             core = {k[len(INTENT):]: v for k, v in objs.items() if k == INTENT + CORE}
@@ -324,12 +324,14 @@ def ensure_attached(store: Store, gateway: str, pin_dir: Path, netns: str | None
                 tables = compile_tables(join_objects(core), gateway, core=True)
         except StoreUnavailable as exc:
             why = ("degraded", f"not attached: store unreachable: {exc}")
+        # (no revision in the message: the status write itself moves the store's revision,
+        # and a message that changed with it would be written again at every try)
         except InvalidIntentError as exc:
-            why = ("rejecting", f"not attached: the intent at revision {rev} is invalid: "
-                   f"{exc}; waiting for a valid one")
+            why = ("rejecting", f"not attached: the stored intent is invalid: {exc}; waiting "
+                   "for a valid one")
         except KeyError:
-            why = ("rejecting", f"not attached: the intent at revision {rev} has no gateway "
-                   f"{gateway!r}; waiting for one that has")
+            why = ("rejecting", f"not attached: the stored intent has no gateway {gateway!r}; "
+                   "waiting for one that has")
         if tables is not None:
             break
         if why != said and on_wait is not None:

@@ -21,13 +21,12 @@ read but /healthz and the dashboard's page and assets (which hold no data) needs
 Limits (docs/control.md): the token is checked and the body size bounded by `RequestGuard`, an
 ASGI layer in front of FastAPI, before a byte of the body is read, so an unauthenticated or
 oversized request, or a read carrying a body (refused: reads take none), costs neither memory
-nor parsing. Validation, compilation and JSON parsing of
-a request run in a worker thread, so a big apply never stalls /healthz or the reads. Reads of
-data hold at most READ_THREADS worker threads (writes have anyio's own pool), and the intent
-document is serialised once per revision and paced (ReadPacer), so open reads cannot slow
-writes (docs/security.md, "Limits on reads"). /docs and
-/redoc are off: FastAPI's pages load their scripts from a public CDN, and no page served here
-may reference another host; /openapi.json is the API's description.
+nor parsing. Validation, compilation and JSON parsing of a request run in a worker thread, so a
+big apply never stalls /healthz or the reads. Reads of data hold at most READ_THREADS worker
+threads (writes have anyio's own pool), and the intent document is serialised once per
+revision and paced (ReadPacer), so open reads cannot slow writes (docs/security.md, "Limits on
+reads"). /docs and /redoc are off: FastAPI's pages load their scripts from a public CDN, and no
+page served here may reference another host; /openapi.json is the API's description.
 """
 
 from __future__ import annotations

@@ -90,6 +90,10 @@ def test_status_prints_names_and_messages_as_written(monkeypatch) -> None:
     assert "gw-[/x] rejecting[/x] 7 yes" in out and HOSTILE in out and "[/x]" in out, out
     code, out = _run(monkeypatch, ["status"], FakeClient({}, fail=True))
     assert code == 2 and HOSTILE in out
+    # parts of a report that are not mappings (the store holds anything) are left empty
+    doc["gateways"]["gw-[/x]"].update(counters="[/x]", occupancy=[1])
+    code, out = _run(monkeypatch, ["status"], FakeClient({"status": doc}))
+    assert code == 0 and "gw-[/x] rejecting[/x] 7 yes" in out, out
 
 
 def test_top_once_prints_names_and_messages_as_written(monkeypatch, tmp_path: Path) -> None:

@@ -186,12 +186,18 @@ def status_cmd(
     for col in ("gateway", "health", "applied", "in sync", "routes", "hosts", "forwarded",
                 "dropped", "rejected", "message"):
         table.add_column(col)
+    def part(d: dict, key: str) -> dict:
+        """A nested part of an agent's report ({} when it is not a mapping: reports come
+        from the store, which anything may have written)."""
+        v = d.get(key)
+        return v if isinstance(v, dict) else {}
+
     for gw, s in sorted(out["gateways"].items()):
-        c = s.get("counters", {})
+        c, occ = part(s, "counters"), part(s, "occupancy")
         table.add_row(*(escape(str(x)) for x in (
             gw, s.get("health", "?"), s.get("revision"),
             "yes" if in_sync(s.get("revision"), want) else "no",
-            s.get("occupancy", {}).get("routes4", ""), s.get("occupancy", {}).get("hosts", ""),
+            occ.get("routes4", ""), occ.get("hosts", ""),
             c.get("forwarded", ""), c.get("dropped", ""), s.get("rejected", ""),
             s.get("message", "") or "")))
     console.print(table)

@@ -69,14 +69,14 @@ def fastpath_demo(console: Console) -> int:
     return len(rows)
 
 
-def forwarding_demo(console: Console, seconds: float = 2.0) -> dict[str, dict]:
+def forwarding_demo(console: Console, seconds: float = 1.0) -> dict[str, dict]:
     """Part 3: per-core forwarding of each gateway kind (crosszone.bench.forward)."""
     from crosszone.bench.forward import run_bench, teardown
 
     console.rule("[bold]3. one gateway core, forwarding only (same generator for every kind)")
     rows: list[dict] = []
     try:
-        run_bench(seconds=seconds, emit=rows.append, rounds=2)
+        run_bench(seconds=seconds, emit=rows.append, rounds=4)
     finally:
         teardown()
     by = {r["gateway"]: r for r in rows if "gateway" in r}

@@ -67,9 +67,9 @@ def bench_control(
 def bench_forward(
     as_json: bool = typer.Option(True, "--json/--no-json",
                                  help="JSON lines (the only output format)."),
-    seconds: float = typer.Option(2.0, "--seconds", min=0.5, max=60.0,
+    seconds: float = typer.Option(1.0, "--seconds", min=0.2, max=60.0,
                                   help="measured time per row and round"),
-    rounds: int = typer.Option(3, "--rounds", min=1, max=20,
+    rounds: int = typer.Option(5, "--rounds", min=1, max=50,
                                help="interleaved rounds of every row (medians)"),
     cpu: int = typer.Option(-1, "--cpu", help="CPU to pin to (default: the last)"),
     sender: str = typer.Option("af_xdp", "--sender",

@@ -40,7 +40,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,15 @@ from typing import Any
 import yaml
 
 from crosszone.abi.objects import BUILD_DIR, object_path
+from crosszone.bench.forward_sender import (
+    DEFAULT_SENDER,
+    DESCRIPTION,
+    SENDER,
+    SENDERS,
+    Sender,
+    cpu_busy_ns,
+    open_sender,
+)
 from crosszone.emulate.crosszone_gateway import crosszone_bin
 from crosszone.emulate.topology import INSTANCE
 from crosszone.linux.environment import EnvironmentProblem
@@ -55,8 +64,9 @@ from crosszone.linux.environment import EnvironmentProblem
 # Named after the emulator instance (CROSSZONE_EMULATE_INSTANCE) like everything the emulator
 # owns: `teardown` removes these names first, so a second instance's bench (or demo, part 3)
 # must never share them with the default one's.
-GEN, GW, SINK = (f"czbench{INSTANCE}-{x}" for x in ("gen", "gw", "sink"))
 PIN = Path(f"/sys/fs/bpf/czbench{INSTANCE}")
+#: The rows, in the order of each round: the generator's own cost first.
+KINDS = ("generator", "floor", "crosszone", "legacy")
 BUILD = BUILD_DIR
 MAC = {"g0": "02:b0:00:00:00:01", "c0": "02:b0:00:00:00:02",
        "s0": "02:b0:00:00:01:02", "r0": "02:b0:00:00:01:01",
@@ -65,34 +75,28 @@ HOST_VTEP, ANYCAST, VNI = "10.1.1.2", "10.0.0.100", 1001
 INNER_SRC, FACING_SRC, STORAGE_DST = "192.168.1.10", "100.64.1.10", "172.16.0.11"
 UDP_DPORT = 9
 FRAME_BYTES = 1514  # outer Ethernet frame (no FCS): outer IPv4 packet of 1500 bytes
-CHUNK = 50_000
 # The sink's counters (bpf/bench_forward_sink.c): good, corrupted, misrouted, other.
 COUNT_GOOD, COUNT_CORRUPTED, COUNT_MISROUTED, COUNT_OTHER = range(4)
 PAYLOAD_MAGIC = 0xC2A5F00D  # payload word k is PAYLOAD_MAGIC ^ k, as the sink checks
-GEN_HEADER_BYTES = 96  # struct hdr of bpf/bench_forward_gen.c: rewritten on every run
 # name in this module -> object built by `make build` from bpf/bench_forward_NAME.c
 BENCH_PROGRAMS = {"gen": "bench_forward_gen", "sink": "bench_forward_sink",
                   "floor_fwd": "bench_forward_floor"}
-#: The generator's sender, built by `make build` from bench/sender/cz_sender.c.
-SENDER = BUILD / "cz_sender"
-#: Senders: cz_sender's three modes, and the former live-frames test run (where allowed).
-SENDERS = ("tx_ring", "sendmmsg", "af_xdp", "live_frames")
-#: The fastest here (docs/emulate.md: af_xdp against tx_ring and sendmmsg, same run).
-DEFAULT_SENDER = "af_xdp"
-SENDER_DESCRIPTION = {
-    "tx_ring": "cz_sender: AF_PACKET TPACKET_V2 transmit ring, PACKET_QDISC_BYPASS",
-    "sendmmsg": "cz_sender: AF_PACKET sendmmsg of 64 frames, PACKET_QDISC_BYPASS",
-    "af_xdp": "cz_sender: AF_XDP socket, copy mode, transmit ring",
-    "live_frames": "BPF_PROG_TEST_RUN live frames, batch 64, XDP_TX (header rewrite)",
-}
 
 
-class BenchEnvironmentError(EnvironmentProblem):
-    """The bench could not get what it needs from this machine (a sender, a kernel feature)."""
+@dataclass(frozen=True)
+class Names:
+    """One row's namespaces (generator, gateway, sink) and pin directory."""
 
-    def __init__(self, message: str) -> None:
-        needed, _, answer = message.partition(": ")
-        super().__init__(needed, answer or "failed")
+    gen: str
+    gw: str
+    sink: str
+    pin: Path
+
+
+def names(kind: str) -> Names:
+    """The names of `kind`'s path: every row has its own, so all paths stand at once."""
+    base = f"czbench{INSTANCE}-{kind}"
+    return Names(f"{base}-gen", f"{base}-gw", f"{base}-sink", PIN / kind)
 
 
 def _ip(*argv: str, check: bool = True) -> None:
@@ -187,24 +191,6 @@ table ip czgw {
 """
 
 
-def _cpu_busy_ns(cpu: int) -> int:
-    for line in Path("/proc/stat").read_text().splitlines():
-        if line.startswith(f"cpu{cpu} "):
-            f = [int(x) for x in line.split()[1:]]
-            busy = f[0] + f[1] + f[2] + f[5] + f[6] + (f[7] if len(f) > 7 else 0)
-            return busy * 10_000_000  # USER_HZ = 100
-    raise RuntimeError(f"no cpu{cpu} in /proc/stat")
-
-
-@dataclass
-class Path3:
-    """The three namespaces, their ifindexes and the sink's objects."""
-
-    objs: dict[str, Path]
-    sink: Any = None
-    ifindex: dict[str, int] | None = None
-
-
 def _ifindex(ns: str, dev: str) -> int:
     out = subprocess.run(["ip", "-n", ns, "-j", "link", "show", dev], capture_output=True,
                          text=True, check=True).stdout
@@ -212,71 +198,80 @@ def _ifindex(ns: str, dev: str) -> int:
 
 
 def teardown() -> None:
-    """Remove the bench's namespaces and pins (idempotent)."""
-    subprocess.run([crosszone_bin(), "fastpath", "detach", "--pin-dir", str(PIN / "gw")],
-                   capture_output=True, check=False)
-    for ns in (GEN, GW, SINK):
-        _ip("netns", "del", ns, check=False)
+    """Remove every row's namespaces and pins (idempotent)."""
+    for kind in KINDS:
+        n = names(kind)
+        if n.pin.exists():
+            subprocess.run([crosszone_bin(), "fastpath", "detach", "--pin-dir", str(n.pin)],
+                           capture_output=True, check=False)
+        for ns in (n.gen, n.gw, n.sink):
+            _ip("netns", "del", ns, check=False)
     shutil.rmtree(PIN, ignore_errors=True)
 
 
 @contextmanager
 def bench_path(kind: str, objs: dict[str, Path]) -> Iterator[dict[str, Any]]:
-    """Build the path for one row; yields the sink's counter map and the generator's ifindex."""
+    """Build the path of one row (its own namespaces); yields the sink's counter map and the
+    generator's ifindex. Removes the path on exit."""
     from crosszone.fastpath.libbpf import BpfObject, xdp_attach
     from crosszone.linux.netns import in_netns
 
-    teardown()
-    for ns in (GEN, GW, SINK):
+    n = names(kind)
+    gen_ns, gw_ns, sink_ns = n.gen, n.gw, n.sink
+    for ns in (gen_ns, gw_ns, sink_ns):
         _ip("netns", "add", ns)
         _in(ns, "ip", "link", "set", "lo", "up")
     held: list[Any] = []
     try:
-        _ip("link", "add", "name", "g0", "netns", GEN, "address", MAC["g0"], "type", "veth",
-            "peer", "name", "c0", "netns", GW, "address", MAC["c0"])
-        _ip("link", "add", "name", "s0", "netns", GW, "address", MAC["s0"], "type", "veth",
-            "peer", "name", "r0", "netns", SINK, "address", MAC["r0"])
-        for ns, dev in ((GEN, "g0"), (GW, "c0"), (GW, "s0"), (SINK, "r0")):
+        _ip("link", "add", "name", "g0", "netns", gen_ns, "address", MAC["g0"], "type", "veth",
+            "peer", "name", "c0", "netns", gw_ns, "address", MAC["c0"])
+        _ip("link", "add", "name", "s0", "netns", gw_ns, "address", MAC["s0"], "type", "veth",
+            "peer", "name", "r0", "netns", sink_ns, "address", MAC["r0"])
+        for ns, dev in ((gen_ns, "g0"), (gw_ns, "c0"), (gw_ns, "s0"), (sink_ns, "r0")):
             _in(ns, "ip", "link", "set", dev, "up")
         # Sink first: a redirect into s0 needs an XDP program on its peer r0.
         sink = BpfObject.open(objs["sink"])
         held.append(sink)
         expect_src = INNER_SRC if kind == "floor" else FACING_SRC
         sink.map("expect").update(struct.pack("<I", 0), _expect(expect_src))
-        with in_netns(SINK):
-            xdp_attach(_ifindex(SINK, "r0"), sink.program("cz_bench_sink").fd)
+        with in_netns(sink_ns):
+            xdp_attach(_ifindex(sink_ns, "r0"), sink.program("cz_bench_sink").fd)
         if kind == "floor":
             fwd = BpfObject.open(objs["floor_fwd"])
             held.append(fwd)
-            cfg = struct.pack("<I6s6s", _ifindex(GW, "s0"), _mac_bytes(MAC["r0"]),
+            cfg = struct.pack("<I6s6s", _ifindex(gw_ns, "s0"), _mac_bytes(MAC["r0"]),
                               _mac_bytes(MAC["s0"]))
             fwd.map("fwd_cfg").update(struct.pack("<I", 0), cfg)
-            with in_netns(GW):  # a devmap resolves the ifindex in the writer's namespace
+            with in_netns(gw_ns):  # a devmap resolves the ifindex in the writer's namespace
                 fwd.map("fwd_port").update(struct.pack("<I", 0),
-                                           struct.pack("<I", _ifindex(GW, "s0")))
-                xdp_attach(_ifindex(GW, "c0"), fwd.program("cz_bench_fwd").fd)
+                                           struct.pack("<I", _ifindex(gw_ns, "s0")))
+                xdp_attach(_ifindex(gw_ns, "c0"), fwd.program("cz_bench_fwd").fd)
         elif kind == "generator":
             drop = BpfObject.open(BUILD / "xdp_drop.o")
             held.append(drop)
-            with in_netns(GW):
-                xdp_attach(_ifindex(GW, "c0"), drop.program("cz_drop").fd)
+            with in_netns(gw_ns):
+                xdp_attach(_ifindex(gw_ns, "c0"), drop.program("cz_drop").fd)
         elif kind == "crosszone":
             d = Path(tempfile.mkdtemp(prefix="czbench-"))
             (d / "intent.yaml").write_text(yaml.safe_dump(intent(), sort_keys=False))
             PIN.mkdir(parents=True, exist_ok=True)
-            res = subprocess.run([crosszone_bin(), "fastpath", "attach", "--netns", GW,
+            res = subprocess.run([crosszone_bin(), "fastpath", "attach", "--netns", gw_ns,
                                   "--intent", str(d / "intent.yaml"), "--pin-dir",
-                                  str(PIN / "gw")], capture_output=True, text=True, check=False)
+                                  str(n.pin)], capture_output=True, text=True, check=False)
             shutil.rmtree(d, ignore_errors=True)
             if res.returncode != 0:
                 raise RuntimeError(f"fastpath attach: {res.stderr.strip()[-400:]}")
         else:
-            _legacy(objs)
-        yield {"counts": sink.map("counts"), "g0": _ifindex(GEN, "g0")}
+            _legacy(gw_ns)
+        yield {"counts": sink.map("counts"), "g0": _ifindex(gen_ns, "g0")}
     finally:
         for obj in held:
             obj.close()
-        teardown()
+        if kind == "crosszone":
+            subprocess.run([crosszone_bin(), "fastpath", "detach", "--pin-dir", str(n.pin)],
+                           capture_output=True, check=False)
+        for ns in (gen_ns, gw_ns, sink_ns):
+            _ip("netns", "del", ns, check=False)
 
 
 def _expect(src: str) -> bytes:
@@ -284,25 +279,25 @@ def _expect(src: str) -> bytes:
                        bytes(map(int, STORAGE_DST.split("."))), _mac_bytes(MAC["r0"]), UDP_DPORT)
 
 
-def _legacy(objs: dict[str, Path]) -> None:
+def _legacy(gw_ns: str) -> None:
     """The kernel gateway of the emulator on this path (one VPC, one host, one next hop)."""
     for s in ("net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0",
               "net.ipv4.conf.default.rp_filter=0"):
-        _in(GW, "sysctl", "-qw", s)
-    _in(GW, "ip", "addr", "add", f"{ANYCAST}/32", "dev", "lo")
-    _in(GW, "ip", "addr", "add", "10.10.1.2/24", "dev", "c0")
-    _in(GW, "ip", "addr", "add", "10.20.1.2/24", "dev", "s0")
-    _in(GW, "ip", "link", "add", "vx-a", "address", MAC["router"], "type", "vxlan", "id",
+        _in(gw_ns, "sysctl", "-qw", s)
+    _in(gw_ns, "ip", "addr", "add", f"{ANYCAST}/32", "dev", "lo")
+    _in(gw_ns, "ip", "addr", "add", "10.10.1.2/24", "dev", "c0")
+    _in(gw_ns, "ip", "addr", "add", "10.20.1.2/24", "dev", "s0")
+    _in(gw_ns, "ip", "link", "add", "vx-a", "address", MAC["router"], "type", "vxlan", "id",
         str(VNI), "local", ANYCAST, "dstport", "4789", "nolearning")
-    _in(GW, "ip", "link", "set", "vx-a", "up")
-    _in(GW, "ip", "route", "add", HOST_VTEP, "via", "10.10.1.1", "dev", "c0")
-    _in(GW, "ip", "neigh", "replace", "10.10.1.1", "lladdr", MAC["g0"], "dev", "c0",
+    _in(gw_ns, "ip", "link", "set", "vx-a", "up")
+    _in(gw_ns, "ip", "route", "add", HOST_VTEP, "via", "10.10.1.1", "dev", "c0")
+    _in(gw_ns, "ip", "neigh", "replace", "10.10.1.1", "lladdr", MAC["g0"], "dev", "c0",
         "nud", "permanent")
-    _in(GW, "ip", "route", "add", "172.16.0.0/24", "via", "10.20.1.1", "dev", "s0")
-    _in(GW, "ip", "neigh", "replace", "10.20.1.1", "lladdr", MAC["r0"], "dev", "s0",
+    _in(gw_ns, "ip", "route", "add", "172.16.0.0/24", "via", "10.20.1.1", "dev", "s0")
+    _in(gw_ns, "ip", "neigh", "replace", "10.20.1.1", "lladdr", MAC["r0"], "dev", "s0",
         "nud", "permanent")
-    _in(GW, "nft", "-f", "-", stdin=LEGACY_NFT)
-    _in(GW, "ethtool", "-K", "c0", "gro", "on")
+    _in(gw_ns, "nft", "-f", "-", stdin=LEGACY_NFT)
+    _in(gw_ns, "ethtool", "-K", "c0", "gro", "on")
 
 
 def bench_objects(sender: str = DEFAULT_SENDER) -> dict[str, Path]:
@@ -339,102 +334,26 @@ def _sum_counts(counts: Any) -> list[int]:
     return out
 
 
-def _sender_argv(mode: str, g0: int, frame_file: Path, seconds: float) -> list[str]:
-    return ["ip", "netns", "exec", GEN, str(SENDER), "--mode", mode, "--ifindex", str(g0),
-            "--frame", str(frame_file), "--seconds", f"{seconds:g}"]
-
-
-@contextmanager
-def _sender(mode: str, g0: int, frame: bytes, seconds: float) -> Iterator[Callable[[], dict]]:
-    """Start cz_sender in the generator's namespace and let it warm up; yields go(), which
-    runs the measured phase and returns the sender's report (frames sent, ns, busy ns)."""
-    with tempfile.TemporaryDirectory(prefix="czbench-") as tmp:
-        frame_file = Path(tmp) / "frame"
-        frame_file.write_bytes(frame)
-        proc = subprocess.Popen(_sender_argv(mode, g0, frame_file, seconds),
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-
-        def failed() -> BenchEnvironmentError:
-            proc.kill()
-            err = proc.stderr.read().strip() if proc.stderr else ""
-            return BenchEnvironmentError(f"cz_sender ({mode}) on {GEN}/g0: "
-                                         f"{err or 'exited without a report'}")
-
-        try:
-            if proc.stdout.readline().strip() != "ready":
-                raise failed()
-
-            def go() -> dict:
-                proc.stdin.write("go\n")  # type: ignore[union-attr]
-                proc.stdin.flush()  # type: ignore[union-attr]
-                line = proc.stdout.readline()  # type: ignore[union-attr]
-                try:
-                    return dict(json.loads(line))
-                except (json.JSONDecodeError, TypeError, ValueError):
-                    raise failed() from None
-
-            yield go
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            for f in (proc.stdin, proc.stdout, proc.stderr):
-                f.close()
-
-
-def _live_frames_sender(objs: dict[str, Path], g0: int, frame: bytes, seconds: float,
-                        cpu: int) -> dict:
-    """The former generator, for comparison where the kernel allows live frames: a test run
-    of bpf/bench_forward_gen.c (XDP_TX with ingress g0) in batches of CHUNK frames."""
-    from crosszone.fastpath.libbpf import BPF_F_TEST_XDP_LIVE_FRAMES, BpfObject, xdp_ctx
-    from crosszone.linux.netns import in_netns
-
-    with BpfObject.open(objs["gen"]) as gen:
-        prog = gen.program("cz_bench_gen")
-        gen.map("gen_hdr").update(struct.pack("<I", 0), frame[:GEN_HEADER_BYTES])
-        ctx = xdp_ctx(g0)
-        busy0, t0 = _cpu_busy_ns(cpu), time.monotonic_ns()
-        sent = 0
-        with in_netns(GEN):
-            while time.monotonic_ns() - t0 < seconds * 1e9:
-                prog.test_run(frame, ctx=ctx, repeat=CHUNK, flags=BPF_F_TEST_XDP_LIVE_FRAMES,
-                              batch_size=64)
-                sent += CHUNK
-        return {"sent": sent, "errors": 0, "ns": time.monotonic_ns() - t0,
-                "busy_ns": _cpu_busy_ns(cpu) - busy0, "mode": "live_frames"}
-
-
-def run_row(kind: str, objs: dict[str, Path], seconds: float, cpu: int,
-            frame: bytes, sender: str = DEFAULT_SENDER) -> dict[str, Any]:
-    """Measure one row: forwarded pps at the sink, busy ns of the pinned CPU per packet."""
-    with bench_path(kind, objs) as path:
-        others = [c for c in range(os.cpu_count() or 1) if c != cpu]
-        if sender == "live_frames":
-            _live_frames_sender(objs, path["g0"], frame, 0.2, cpu)  # warm-up
-            time.sleep(0.1)
-            c0 = _sum_counts(path["counts"])
-            other0 = sum(_cpu_busy_ns(c) for c in others)
-            rep = _live_frames_sender(objs, path["g0"], frame, seconds, cpu)
-        else:
-            with _sender(sender, path["g0"], frame, seconds) as go:
-                time.sleep(0.1)  # the warm-up's frames reach the sink before the first read
-                c0 = _sum_counts(path["counts"])
-                other0 = sum(_cpu_busy_ns(c) for c in others)
-                rep = go()
-        other = sum(_cpu_busy_ns(c) for c in others) - other0
-        time.sleep(0.05)
-        c1 = _sum_counts(path["counts"])
+def measure_row(kind: str, counts: Any, sender: Sender, cpu: int,
+                frame_bytes: int) -> dict[str, Any]:
+    """One measured phase of one row: forwarded pps at the sink, busy ns of the pinned CPU
+    per packet (the sender reads it around its phase)."""
+    others = [c for c in range(os.cpu_count() or 1) if c != cpu]
+    c0 = _sum_counts(counts)
+    other0 = sum(cpu_busy_ns(c) for c in others)
+    rep = sender.measure()
+    other = sum(cpu_busy_ns(c) for c in others) - other0
+    time.sleep(0.05)  # the last frames reach the sink
+    c1 = _sum_counts(counts)
     sent, elapsed, busy = int(rep["sent"]), rep["ns"] / 1e9, int(rep["busy_ns"])
     good, corrupted, misrouted, _other = (b - a for a, b in zip(c0, c1, strict=True))
     delivered = good if kind != "generator" else sent
     pps = delivered / elapsed
     return {
         "gateway": kind,
-        "packet_bytes": len(frame),
+        "packet_bytes": frame_bytes,
         "pps": round(pps),
-        "gbps": round(pps * len(frame) * 8 / 1e9, 3),
+        "gbps": round(pps * frame_bytes * 8 / 1e9, 3),
         "cpu_ns_per_pkt": round(busy / delivered, 1) if delivered else None,
         # The sender never sleeps and is pinned, so wall time per packet bounds the CPU time
         # per packet from above; the two agree when cpu_busy is near 1 (docs/emulate.md: with
@@ -454,40 +373,62 @@ def run_row(kind: str, objs: dict[str, Path], seconds: float, cpu: int,
     }
 
 
-def run_bench(seconds: float = 2.0, cpu: int | None = None,
+def _gateway_cost(row: dict[str, Any], gen_ns: float | None, frame_bytes: int) -> None:
+    """What the row costs beyond generating a frame and dropping it at c0: the gateway's own
+    CPU per packet, and so what one core given only to the gateway forwards (the generator
+    shares the measured CPU; a real gateway core does not)."""
+    if gen_ns is None or row.get("cpu_ns_per_pkt") is None:
+        return
+    row["gateway_ns_per_pkt"] = round(row["cpu_ns_per_pkt"] - gen_ns, 1)
+    if row["gateway_ns_per_pkt"] > 0:
+        row["gateway_core_mpps"] = round(1e3 / row["gateway_ns_per_pkt"], 3)
+        row["gateway_core_gbps"] = round(frame_bytes * 8 / row["gateway_ns_per_pkt"], 3)
+
+
+def _rounds(kinds: tuple[str, ...], objs: dict[str, Path], sender: str, frame: bytes,
+            seconds: float, cpu: int, rounds: int, per: dict[str, list[dict[str, Any]]]) -> None:
+    """Build every path, start a warm sender on each, measure `rounds` rounds into `per`."""
+    with ExitStack() as stack:
+        paths = {k: stack.enter_context(bench_path(k, objs)) for k in kinds}
+        senders = {k: stack.enter_context(open_sender(sender, names(k).gen, paths[k]["g0"],
+                                                      frame, seconds, cpu, objs["gen"]))
+                   for k in kinds}
+        time.sleep(0.1)  # the warm-ups' frames reach the sinks before the first reading
+        for _ in range(rounds):
+            gen_ns = None
+            for kind in kinds:
+                row = measure_row(kind, paths[kind]["counts"], senders[kind], cpu, len(frame))
+                if kind == "generator":
+                    gen_ns = row["cpu_ns_per_pkt"]
+                else:
+                    _gateway_cost(row, gen_ns, len(frame))
+                per[kind].append(row)
+
+
+def run_bench(seconds: float = 1.0, cpu: int | None = None,
               emit: Callable[[dict[str, Any]], None] = lambda r: print(json.dumps(r)),
-              kinds: tuple[str, ...] = ("generator", "floor", "crosszone", "legacy"),
-              rounds: int = 3, sender: str = DEFAULT_SENDER) -> list[dict[str, Any]]:
-    """Interleaved rounds of every row (generator, floor, crosszone, legacy, again...), then one
-    line per kind (its median round) and a summary with the ratios and the conditions.
+              kinds: tuple[str, ...] = KINDS, rounds: int = 5,
+              sender: str = DEFAULT_SENDER) -> list[dict[str, Any]]:
+    """Every row's path built at once, one warm sender on each, then rounds of `seconds` per
+    row (generator, floor, crosszone, legacy, again...); one line per kind (its median round)
+    and a summary with the ratios and the conditions.
 
     Rows measured minutes apart on a shared machine differ by tens of percent (the floor alone
     ran 186-268 ns per packet across runs here), so every kind is measured once per round, and
-    each round's ratios compare rows taken seconds apart; the summary gives their medians."""
+    each round's ratios compare rows taken a few seconds apart; the summary gives their
+    medians. With all paths standing, a round costs only its measured seconds."""
     ncpu = os.cpu_count() or 1
     cpu = (ncpu - 1) if cpu is None else cpu
-    os.sched_setaffinity(0, {cpu})
     check_sender(sender)
+    objs = bench_objects(sender)
+    os.sched_setaffinity(0, {cpu})  # before the senders start: they inherit it
     frame = bench_frame()
     per: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
-    objs = bench_objects(sender)
-    for _ in range(rounds):
-        gen_ns = None
-        for kind in kinds:
-            row = run_row(kind, objs, seconds, cpu, frame, sender)
-            if kind == "generator":
-                gen_ns = row["cpu_ns_per_pkt"]
-            elif gen_ns is not None and row["cpu_ns_per_pkt"] is not None:
-                # What the row costs beyond generating a frame and dropping it at c0: the
-                # gateway's own CPU per packet, and so what one core given only to the
-                # gateway forwards (the generator shares the measured CPU; a real gateway
-                # core does not).
-                row["gateway_ns_per_pkt"] = round(row["cpu_ns_per_pkt"] - gen_ns, 1)
-                if row["gateway_ns_per_pkt"] > 0:
-                    row["gateway_core_mpps"] = round(1e3 / row["gateway_ns_per_pkt"], 3)
-                    row["gateway_core_gbps"] = round(
-                        len(frame) * 8 / row["gateway_ns_per_pkt"], 3)
-            per[kind].append(row)
+    teardown()
+    try:
+        _rounds(kinds, objs, sender, frame, seconds, cpu, rounds, per)
+    finally:
+        teardown()
     rows = []
     for kind in kinds:
         runs = per[kind]
@@ -498,12 +439,20 @@ def run_bench(seconds: float = 2.0, cpu: int | None = None,
         row["misrouted"] = sum(r["misrouted"] for r in runs)
         row["lost"] = sum(r["lost"] for r in runs)
         row["rounds"] = len(runs)
+        costs = [r["gateway_ns_per_pkt"] for r in runs if "gateway_ns_per_pkt" in r]
+        if costs:
+            # the gateway's cost is the median of its rounds' (each against its own round's
+            # generator), not the median round's, which may be the one with a slow generator
+            for key in ("gateway_ns_per_pkt", "gateway_core_mpps", "gateway_core_gbps"):
+                row.pop(key, None)
+            row["gateway_ns_per_pkt_rounds"] = costs
+            _gateway_cost(row, row["cpu_ns_per_pkt"] - statistics.median(costs), len(frame))
         rows.append(row)
         emit(row)
     summary: dict[str, Any] = {
         "summary": True, "kernel": platform.release(), "cpu_model": _cpu_model(),
         "cpu": cpu, "cpus": ncpu, "load_avg_1m": os.getloadavg()[0], "rounds": rounds,
-        "sender": sender, "generator": SENDER_DESCRIPTION[sender],
+        "seconds_per_row": seconds, "sender": sender, "generator": DESCRIPTION[sender],
     }
 
     def ratio(name: str, a: str, b: str, field: str) -> None:

@@ -23,8 +23,8 @@
  * that rewrote them in place (the legacy gateway's nftables translation writes the inner source
  * address) must never hand a stale frame to the next round.
  *
- * Protocol with the caller, so that only the measured phase is counted: send --warmup frames,
- * print "ready", wait for a line on stdin, then send for --seconds and print one JSON object:
+ * Protocol with the caller, so that only measured phases are counted: send --warmup frames,
+ * print "ready", then for every line read on stdin send for --seconds and print one JSON object:
  * frames sent, send errors, the measured wall time, and the busy time of the CPU it ran on
  * (/proc/stat, which includes the softirq work the sends triggered on that CPU: the veth hands
  * frames to its peer's NAPI on the sending CPU, so the gateway and the sink run there too).
@@ -415,20 +415,24 @@ int main(int argc, char **argv)
 	}
 	send_for(&s, o.mode, UINT64_MAX, o.warmup);
 	drain(&s, o.mode);
-	s.errors = 0;
 	printf("ready\n");
 	fflush(stdout);
-	if (!fgets(go, sizeof(go), stdin))
-		return 0;  /* the caller went away: nothing to measure */
-	cpu = sched_getcpu();
-	b0 = cpu_busy_ns(cpu);
-	t0 = now_ns();
-	sent = send_for(&s, o.mode, t0 + (uint64_t)(o.seconds * 1e9), -1);
-	drain(&s, o.mode);
-	t1 = now_ns();
-	b1 = cpu_busy_ns(cpu);
-	printf("{\"sent\": %ld, \"errors\": %ld, \"ns\": %llu, \"cpu\": %d, \"busy_ns\": %llu, "
-	       "\"mode\": \"%s\"}\n", sent - s.errors, s.errors, (unsigned long long)(t1 - t0), cpu,
-	       (unsigned long long)(b1 - b0), MODE_NAMES[o.mode]);
+	/* One measured phase per line on stdin, until it closes: the caller alternates several
+	 * warm senders (one per path) in short slices. */
+	while (fgets(go, sizeof(go), stdin)) {
+		s.errors = 0;
+		cpu = sched_getcpu();
+		b0 = cpu_busy_ns(cpu);
+		t0 = now_ns();
+		sent = send_for(&s, o.mode, t0 + (uint64_t)(o.seconds * 1e9), -1);
+		drain(&s, o.mode);
+		t1 = now_ns();
+		b1 = cpu_busy_ns(cpu);
+		printf("{\"sent\": %ld, \"errors\": %ld, \"ns\": %llu, \"cpu\": %d, "
+		       "\"busy_ns\": %llu, \"mode\": \"%s\"}\n", sent - s.errors, s.errors,
+		       (unsigned long long)(t1 - t0), cpu, (unsigned long long)(b1 - b0),
+		       MODE_NAMES[o.mode]);
+		fflush(stdout);
+	}
 	return 0;
 }

@@ -45,12 +45,12 @@ $(BUILD)/.apt-stamp:
 $(VENV)/.stamp: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip >/dev/null
-	@$(PY) -m pip install -q -e '.[dev]'
+	@$(PY) -m pip install -q -e '.[dev,lab]'
 	@touch $@
 
 build: setup $(BPF_OBJS) $(BENCH_OBJS) $(BENCH_TOOLS)
 
-$(BUILD)/cz_sender: src/crosszone/bench/sender/cz_sender.c Makefile
+$(BUILD)/cz_sender: src/crosszone_lab/bench/sender/cz_sender.c Makefile
 	@mkdir -p $(BUILD)
 	gcc -O2 -Wall -Wextra -Werror -o $@ $<
 

@@ -22,7 +22,7 @@ from typing import IO
 import httpx
 import pytest
 
-from crosszone.store import local_etcd
+from crosszone_lab import local_etcd
 
 
 @dataclass(frozen=True)

@@ -120,7 +120,7 @@ def measure(src: Path | None, prefixes: int = 100_000, readers: int = 8,
             changes: int = 100) -> dict:
     """Median single-route change latency without and with the read loops, for the
     controller in src (None: this checkout)."""
-    from crosszone.bench.control import synthetic
+    from crosszone_lab.bench.control import synthetic
 
     tmp = Path(tempfile.mkdtemp(prefix="cz-read-load-"))
     proc = reader = None

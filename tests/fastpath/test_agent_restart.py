@@ -294,10 +294,10 @@ def test_read_back_at_scale_is_what_was_written(bpffs: Path, gateway_object: Pat
     200k routes and 20k compact hosts (the full-scale figure is in `crosszone bench control`)."""
     import shutil
 
-    from crosszone.bench.control import synthetic
     from crosszone.compile.diff import diff_entries
     from crosszone.fastpath.libbpf import BpfObject
     from crosszone.fastpath.maps_io import GatewayMaps
+    from crosszone_lab.bench.control import synthetic
 
     cluster = parse_cluster(synthetic(200_000, 20_000), "scale.yaml")
     desired = compile_gateway(cluster, "gw-a", lambda n: 1).entries

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from crosszone.bench.fastpath import SCENARIOS, run_bench
-from crosszone.bench.fastpath_policy import POLICY_SCENARIOS
 from crosszone.fastpath import live_frames
+from crosszone_lab.bench.fastpath import SCENARIOS, run_bench
+from crosszone_lab.bench.fastpath_policy import POLICY_SCENARIOS
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs: needs root")
 

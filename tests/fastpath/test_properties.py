@@ -16,8 +16,8 @@ from scapy.layers.vxlan import VXLAN
 
 from crosszone.abi.reasons import Reason, XdpAction
 from crosszone.fastpath.testing import model
-from crosszone.fastpath.testing.pcap_run import _verdict
 from crosszone.fastpath.testing.testrun import LOOPBACK_IFINDEX, TestRunner
+from crosszone_lab.pcap_run import _verdict
 
 from fixture_runs import ifindexes
 from packet_fixtures import tables

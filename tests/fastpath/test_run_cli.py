@@ -8,8 +8,9 @@ import pytest
 from scapy.utils import rdpcap
 from typer.testing import CliRunner
 
+from crosszone import cli  # noqa: F401  (registers the lab's `run` on the fastpath group)
 from crosszone.fastpath.commands import fastpath_app
-from crosszone.fastpath.testing.sample_traffic import sample_frames, write_pcap
+from crosszone_lab.sample_traffic import sample_frames, write_pcap
 
 from packet_fixtures import EXAMPLE
 
@@ -133,8 +134,8 @@ def test_runt_gets_a_verdict_and_the_run_goes_on(tmp_path, mode):
 def test_frame_the_test_run_refuses_gets_a_verdict(gateway_object):
     """A frame longer than BPF_PROG_TEST_RUN builds from pages (ENOMEM; a pcap record stops at
     65535 bytes here, so the runner's step is called directly): 'drop'/'kernel_refused'."""
-    from crosszone.fastpath.testing.pcap_run import _verdict
     from crosszone.fastpath.testing.testrun import TestRunner
+    from crosszone_lab.pcap_run import _verdict
 
     from packet_fixtures import tables
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from crosszone.bench import forward as fwd
 from crosszone.fastpath.libbpf import BpfObject, xdp_attach, xdp_detach
 from crosszone.linux.netns import in_netns
+from crosszone_lab.bench import forward as fwd
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="creates namespaces: needs root")
 

@@ -147,7 +147,7 @@ def test_a_million_routes_of_the_benchmark_sit_near_home(gateway_maps) -> None:
     """The design assumption (a quarter-full table keeps walks short) on the benchmark's route
     sets: five prefix lengths of arithmetic sequences, the shape Fibonacci hashing is weakest on
     if anything. Also the programming path the benchmark times."""
-    from crosszone.bench.fastpath import route_arrays4, route_arrays6
+    from crosszone_lab.bench.fastpath import route_arrays4, route_arrays6
 
     for arrays, name in ((route_arrays4(1_000_000), "routes4"), (route_arrays6(1_000_000),
                                                                   "routes6")):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from emulate_helpers import deployed
 
-from crosszone.emulate import deploy, topology
+from crosszone_lab.emulate import deploy, topology
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "examples" / "emulate-small.yaml"

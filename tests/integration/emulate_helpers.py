@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from crosszone.emulate import deploy, topology
-from crosszone.emulate import state as st
 from crosszone.linux import netns
+from crosszone_lab.emulate import deploy, topology
+from crosszone_lab.emulate import state as st
 
 
 @contextlib.contextmanager

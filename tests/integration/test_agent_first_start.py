@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from crosszone.bench.control import synthetic
 from crosszone.control.service import Controller
 from crosszone.store.sqlite_store import SqliteStore
 from crosszone.store.store import INTENT, STATUS
+from crosszone_lab.bench.control import synthetic
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from crosszone.bench import forward
 from crosszone.fastpath import live_frames
+from crosszone_lab.bench import forward
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="creates namespaces: needs root")
 

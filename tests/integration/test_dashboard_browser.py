@@ -21,9 +21,9 @@ from typing import Any
 import httpx
 from emulate_helpers import require, sh
 
-from crosszone.emulate import deploy, topology
 from crosszone.store.store import open_store
-from crosszone.workload import runner
+from crosszone_lab.emulate import deploy, topology
+from crosszone_lab.workload import runner
 
 from browser import chromium, foreign, requested_urls, wait_for
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from emulate_helpers import sh
 
-from crosszone.emulate import deploy, topology
-from crosszone.emulate import state as st
 from crosszone.linux import netns
 from crosszone.linux import pids as pids_mod
+from crosszone_lab.emulate import deploy, topology
+from crosszone_lab.emulate import state as st
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,14 +18,14 @@ import pytest
 import yaml
 from emulate_helpers import busy_cpus, sh
 
-from crosszone.bench import failover
 from crosszone.control.client import Client
-from crosszone.emulate import control_plane, deploy
-from crosszone.emulate import state as st
-from crosszone.emulate.control_plane import crosszone_bin
 from crosszone.fastpath.deploy import pinned_maps
 from crosszone.linux import pids as pids_mod
-from crosszone.workload.udp_probe import analyse
+from crosszone_lab.bench import failover
+from crosszone_lab.emulate import control_plane, deploy
+from crosszone_lab.emulate import state as st
+from crosszone_lab.emulate.control_plane import crosszone_bin
+from crosszone_lab.workload.udp_probe import analyse
 
 pytestmark = pytest.mark.integration
 

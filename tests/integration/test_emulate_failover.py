@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from emulate_helpers import probe_result, require, sh, start_probe
 
-from crosszone.emulate import crosszone_gateway as xgw
-from crosszone.emulate import deploy
-from crosszone.emulate import state as st
 from crosszone.linux import netns
+from crosszone_lab.emulate import crosszone_gateway as xgw
+from crosszone_lab.emulate import deploy
+from crosszone_lab.emulate import state as st
 
 pytestmark = pytest.mark.integration
 

@@ -20,9 +20,9 @@ import pytest
 from emulate_helpers import busy_cpus, require
 
 from crosszone.abi.objects import object_path
-from crosszone.bench import failover
-from crosszone.emulate import deploy
-from crosszone.emulate.vty import Vty
+from crosszone_lab.bench import failover
+from crosszone_lab.emulate import deploy
+from crosszone_lab.emulate.vty import Vty
 
 pytestmark = pytest.mark.integration
 

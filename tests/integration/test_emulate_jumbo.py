@@ -24,9 +24,9 @@ from collections.abc import Iterator
 import pytest
 from emulate_helpers import py_in, require
 
-from crosszone.emulate import crosszone_gateway as xgw
-from crosszone.emulate import deploy, topology
 from crosszone.linux import netns
+from crosszone_lab.emulate import crosszone_gateway as xgw
+from crosszone_lab.emulate import deploy, topology
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,8 @@ from emulate_helpers import (
     udp_probe_result,
 )
 
-from crosszone.emulate import demo, deploy, topology
-from crosszone.workload import runner
+from crosszone_lab.emulate import demo, deploy, topology
+from crosszone_lab.workload import runner
 
 pytestmark = pytest.mark.integration
 

@@ -119,7 +119,7 @@ import yaml
 from scapy.all import Ether, IP, UDP, IPv6, wrpcap
 from scapy.layers.vxlan import VXLAN
 from scapy.layers.inet6 import ICMPv6ND_RS, ICMPv6ND_NS, ICMPv6NDOptSrcLLAddr
-from crosszone.emulate import topology, crosszone_gateway as xgw
+from crosszone_lab.emulate import topology, crosszone_gateway as xgw
 p = topology.plan(topology.load(topology.DEFAULT_TOPOLOGY.parent / "emulate-small.yaml"))
 gw = p.gateways_of("crosszone")[0]
 open({intent!r}, "w").write(yaml.safe_dump(xgw.intent(p, gw), sort_keys=False))
@@ -145,7 +145,7 @@ def test_inner_neighbour_discovery_goes_to_the_kernel(tmp_path: Path) -> None:
     intent, pcap, out = tmp_path / "intent.yaml", tmp_path / "in.pcap", tmp_path / "out.pcap"
     subprocess.run([sys.executable, "-c", ND_FRAMES.format(intent=str(intent), pcap=str(pcap))],
                    check=True, capture_output=True, timeout=120)
-    from crosszone.emulate.crosszone_gateway import crosszone_bin
+    from crosszone_lab.emulate.crosszone_gateway import crosszone_bin
 
     res = subprocess.run([crosszone_bin(), "fastpath", "run", "--intent", str(intent), "--pcap",
                           str(pcap), "--out", str(out), "--ingress", "c0", "--json"],

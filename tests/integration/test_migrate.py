@@ -22,15 +22,15 @@ from pathlib import Path
 import pytest
 from emulate_helpers import deployed
 
-from crosszone.bench.failover import start_probe
 from crosszone.control.client import Client, ControllerError
-from crosszone.emulate import control_plane, deploy, topology
-from crosszone.emulate.vty import Vty
 from crosszone.fastpath.deploy import pinned_maps
 from crosszone.fastpath.sink import MapSink
 from crosszone.migrate import engine as eng
 from crosszone.store.sqlite_store import SqliteStore
-from crosszone.workload.udp_probe import analyse
+from crosszone_lab.bench.failover import start_probe
+from crosszone_lab.emulate import control_plane, deploy, topology
+from crosszone_lab.emulate.vty import Vty
+from crosszone_lab.workload.udp_probe import analyse
 
 pytestmark = pytest.mark.integration
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from crosszone.bench.migrate import run_bench
-from crosszone.emulate import deploy
 from crosszone.linux import netns
+from crosszone_lab.bench.migrate import run_bench
+from crosszone_lab.emulate import deploy
 
 MAX_LOSS_SHARE = 0.002
 MAX_FAILED_SHARE = 0.001

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from crosszone.emulate import deploy, topology
-from crosszone.emulate.control_plane import crosszone_bin
 from crosszone.linux import netns
+from crosszone_lab.emulate import deploy, topology
+from crosszone_lab.emulate.control_plane import crosszone_bin
 
 
 def _probe_peers() -> list[int]:
@@ -25,7 +25,7 @@ def _probe_peers() -> list[int]:
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                if b"crosszone.workload.udp_probe" in (d / "cmdline").read_bytes():
+                if b"crosszone_lab.workload.udp_probe" in (d / "cmdline").read_bytes():
                     out.append(int(d.name))
             except OSError:
                 continue

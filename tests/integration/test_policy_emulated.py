@@ -18,9 +18,9 @@ import pytest
 from emulate_helpers import deployed, require
 from rich.console import Console
 
-from crosszone.emulate import deploy, topology
-from crosszone.emulate import policy as pol
-from crosszone.workload import runner
+from crosszone_lab.emulate import deploy, topology
+from crosszone_lab.emulate import policy as pol
+from crosszone_lab.workload import runner
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = ROOT / "examples" / "two-zone-policy.yaml"

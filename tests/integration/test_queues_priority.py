@@ -18,8 +18,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from crosszone.emulate import queues
 from crosszone.linux.netns import Executor, cmd, delete_namespaces, in_netns, in_ns
+from crosszone_lab.emulate import queues
 
 RATE_MBIT = 20
 PAYLOAD = 1200

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crosszone.bench.fastpath_policy import interleave, paired_deltas
+from crosszone_lab.bench.fastpath_policy import interleave, paired_deltas
 
 
 def test_every_setting_leads_a_round_in_turn_and_runs_once_per_round():

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from crosszone.bench.migrate import loss_seconds, lost_in, step_lines
-from crosszone.workload.udp_probe import Record
+from crosszone_lab.bench.migrate import loss_seconds, lost_in, step_lines
+from crosszone_lab.workload.udp_probe import Record
 
 T0 = 1_000.0
 

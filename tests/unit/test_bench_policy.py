@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from crosszone.bench import fairness, policy
-from crosszone.workload import runner
+from crosszone_lab.bench import fairness, policy
+from crosszone_lab.workload import runner
 
 pytestmark = pytest.mark.unit
 
@@ -131,7 +131,7 @@ def test_fairness_summary_without_rounds_is_not_met() -> None:
 
 
 def test_fair_rate_is_the_greedy_tenants_share_of_the_host_ports_per_gateway() -> None:
-    from crosszone.emulate import topology
+    from crosszone_lab.emulate import topology
 
     spec = topology.load(fairness.POLICY_TOPOLOGY)
     assert fairness.fair_rate_mbps(topology.plan(spec)) == 40  # 40 x 4 / 2 / 2
@@ -148,8 +148,8 @@ def test_fair_rate_is_the_greedy_tenants_share_of_the_host_ports_per_gateway() -
 
 
 def test_vpc_rates_reach_the_cluster_intent() -> None:
-    from crosszone.emulate import control_plane, topology
-    from crosszone.emulate import policy as pol
+    from crosszone_lab.emulate import control_plane, topology
+    from crosszone_lab.emulate import policy as pol
 
     p = topology.plan(topology.load(fairness.POLICY_TOPOLOGY))
     assert all("rate_mbps" not in v for v in control_plane.cluster_intent(p)["vpcs"])
@@ -160,7 +160,7 @@ def test_vpc_rates_reach_the_cluster_intent() -> None:
 
 
 def test_small_requests_apart_run_at_normal_priority_without_bulk() -> None:
-    from crosszone.emulate import topology
+    from crosszone_lab.emulate import topology
 
     t = topology.workload_targets(topology.plan(topology.load(fairness.POLICY_TOPOLOGY)))
     bulk = runner.worker_argv(t, 0, 5.0, 2, role="bulk")

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from crosszone.emulate import crosszone_gateway as xgw
-from crosszone.emulate import demo, frr, legacy_gateway, storage, topology
-from crosszone.emulate.kinds import DeployError
 from crosszone.linux import netns
-from crosszone.workload import runner
+from crosszone_lab.emulate import crosszone_gateway as xgw
+from crosszone_lab.emulate import demo, frr, legacy_gateway, storage, topology
+from crosszone_lab.emulate.kinds import DeployError
+from crosszone_lab.workload import runner
 
 pytestmark = pytest.mark.unit
 
@@ -157,7 +157,7 @@ def test_crosszone_errors_or_a_missing_crosszone_run_fail_the_demo(
 
 
 def test_forwarding_part_fails_on_bad_or_missing_crosszone_frames() -> None:
-    from crosszone.demo import forwarding_problems
+    from crosszone_lab.demo import forwarding_problems
 
     good = {"corrupted": 0, "misrouted": 0}
     assert forwarding_problems({"legacy": {"corrupted": 3, "misrouted": 0},

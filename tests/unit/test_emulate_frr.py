@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from crosszone.emulate import control_plane, deploy, frr, kinds, legacy_gateway, topology
-from crosszone.emulate import crosszone_gateway as xgw
 from crosszone.linux import netns
+from crosszone_lab.emulate import control_plane, deploy, frr, kinds, legacy_gateway, topology
+from crosszone_lab.emulate import crosszone_gateway as xgw
 
 pytestmark = pytest.mark.unit
 

@@ -11,10 +11,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from crosszone.emulate import commands, demo, deploy, kinds, topology
-from crosszone.emulate import state as st
 from crosszone.linux.netns import Cmd, Executor, Op, RecordingExecutor, in_ns
-from crosszone.workload import runner
+from crosszone_lab.emulate import commands, demo, deploy, kinds, topology
+from crosszone_lab.emulate import state as st
+from crosszone_lab.workload import runner
 
 P = topology.PREFIX  # the emulator instance's namespace prefix (czemu- by default)
 R = str(topology.RUN_DIR)

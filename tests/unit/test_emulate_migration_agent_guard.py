@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from crosszone.emulate import control_plane, migration, topology
-from crosszone.emulate.migration import EmulatorDriver
+from crosszone_lab.emulate import control_plane, migration, topology
+from crosszone_lab.emulate.migration import EmulatorDriver
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from crosszone.emulate import topology
-from crosszone.emulate.migration import EmulatorDriver
-from crosszone.emulate.vty import VtyError
+from crosszone_lab.emulate import topology
+from crosszone_lab.emulate.migration import EmulatorDriver
+from crosszone_lab.emulate.vty import VtyError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,7 +55,7 @@ def test_a_broken_session_is_reopened_once_and_others_are_not_held_up(
     d._vtys[(gws[0].ns, "bgpd")] = broken
     d._vtys.update({(ns, "bgpd"): f for ns, f in fine.items()})
     again = FakeVty(None, fail=True)
-    monkeypatch.setattr("crosszone.emulate.migration.Vty", lambda ns, daemon="bgpd": again)
+    monkeypatch.setattr("crosszone_lab.emulate.migration.Vty", lambda ns, daemon="bgpd": again)
     with pytest.raises(VtyError):
         d.configure(gws, ["end"])
     assert broken.closed
@@ -65,7 +65,7 @@ def test_a_broken_session_is_reopened_once_and_others_are_not_held_up(
 def test_realtime_block_runs_fifo_and_its_threads_too_then_restores() -> None:
     import os
 
-    from crosszone.emulate.migration import _realtime
+    from crosszone_lab.emulate.migration import _realtime
 
     seen: dict[str, int] = {}
 

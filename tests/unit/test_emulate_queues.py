@@ -16,9 +16,9 @@ import yaml
 from tests.unit.test_emulate_frr import _golden
 
 from crosszone.abi.objects import BUILD_DIR
-from crosszone.emulate import control_plane, legacy_gateway, policy, queues, topology
 from crosszone.intent.cluster import parse_cluster
 from crosszone.linux.netns import Cmd
+from crosszone_lab.emulate import control_plane, legacy_gateway, policy, queues, topology
 
 pytestmark = pytest.mark.unit
 

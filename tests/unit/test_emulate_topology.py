@@ -10,7 +10,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from crosszone.emulate import topology
+from crosszone_lab.emulate import topology
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
-import crosszone.demo as demo_mod
+import crosszone_lab.demo as demo_mod
 from crosszone import cli
 from crosszone.fastpath.libbpf_abi import BpfError
 from crosszone.linux.environment import EnvironmentProblem, describe, is_environment_problem
@@ -54,7 +54,7 @@ def test_classification() -> None:
 
 
 def _run_demo(monkeypatch, part1, part2, part3) -> tuple[int, str]:
-    import crosszone.emulate.demo as emulated
+    import crosszone_lab.emulate.demo as emulated
 
     monkeypatch.setattr(demo_mod.os, "geteuid", lambda: 0)
     monkeypatch.setattr(demo_mod, "fastpath_demo", lambda console: part1())

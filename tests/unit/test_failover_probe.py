@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from crosszone.bench import failover
-from crosszone.emulate import failures, topology
 from crosszone.linux.netns import Cmd
-from crosszone.workload import udp_probe
-from crosszone.workload.udp_probe import Record, analyse
+from crosszone_lab.bench import failover
+from crosszone_lab.emulate import failures, topology
+from crosszone_lab.workload import udp_probe
+from crosszone_lab.workload.udp_probe import Record, analyse
 
 INTERVAL = 1_000  # ns between datagrams
 
@@ -105,7 +105,7 @@ def test_peers_on_loopback_deliver_every_datagram_with_kernel_timestamps(tmp_pat
 
 def _peer(bind: str, to: str, port: int, out: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "crosszone.workload.udp_probe", "--bind", bind, "--to", to,
+        [sys.executable, "-m", "crosszone_lab.workload.udp_probe", "--bind", bind, "--to", to,
          "--port", str(port), "--rate", "2000", "--flows", "8", "--duration", "30",
          "--out", str(out), "--wait-go", *extra],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

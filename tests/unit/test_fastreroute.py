@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from crosszone.emulate.fastreroute import Detector, Peer, echo_request, parse_reply
-from crosszone.emulate.multipath_routes import Routes
+from crosszone_lab.emulate.fastreroute import Detector, Peer, echo_request, parse_reply
+from crosszone_lab.emulate.multipath_routes import Routes
 
 IV, M = 0.005, 4  # 5 ms, down after 4 unanswered
 
@@ -176,7 +176,12 @@ def test_encoded_replace_is_what_pyroute2_parses() -> None:
     """The hand-built message decodes, field by field, as the kernel's rtmsg."""
     from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
-    from crosszone.emulate.multipath_routes import Route, encode_replace, parse_acks, parse_route
+    from crosszone_lab.emulate.multipath_routes import (
+        Route,
+        encode_replace,
+        parse_acks,
+        parse_route,
+    )
 
     route = Route(family=socket.AF_INET6, dst="fd64:a::", dst_len=64, proto=186, scope=0,
                   rtype=1, priority=20, hops=((7, "fd99:1::2", 2), (9, "fd99:2::2", 0)))

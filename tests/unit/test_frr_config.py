@@ -19,10 +19,10 @@ from crosszone.agent.frr_config import (
     RoutingState,
     render,
 )
-from crosszone.emulate import control_plane, frr, topology
-from crosszone.emulate.topology import COMPUTE_ROUTER_AS, GATEWAY_AS, STORAGE_ROUTER_AS
 from crosszone.intent.cluster import load_cluster, parse_cluster, to_document
 from crosszone.intent.schema import Cluster
+from crosszone_lab.emulate import control_plane, frr, topology
+from crosszone_lab.emulate.topology import COMPUTE_ROUTER_AS, GATEWAY_AS, STORAGE_ROUTER_AS
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden" / "frr"

@@ -264,7 +264,7 @@ def test_compact_hosts_collide_with_verbose_ones() -> None:
 
 def test_compact_hosts_at_scale() -> None:
     # how fast is `crosszone bench control`'s business (no timed assertion in a test)
-    from crosszone.bench.control import synthetic
+    from crosszone_lab.bench.control import synthetic
 
     c = parse_cluster(synthetic(1000, 100_000), "big.yaml")
     assert len(c.hosts_compact) == 100_000

@@ -151,7 +151,7 @@ def test_example_files_still_pass() -> None:
 def test_a_large_pool_is_checked_against_every_storage_facing_prefix() -> None:
     # 200k pool routes and 64 translated VPCs: the last VPC's storage-facing prefix covers the
     # last pool route only; the check must find it (numpy, not a sample)
-    from crosszone.bench.control import synthetic
+    from crosszone_lab.bench.control import synthetic
 
     text = synthetic(200_000, 0, vpcs=4)
     last = "      23.195.79.0/24"

@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from crosszone.store import local_etcd
+from crosszone_lab import local_etcd
 
 pytestmark = pytest.mark.skipif(shutil.which("etcd") is None,
                                 reason="etcd is not installed (Debian: etcd-server)")

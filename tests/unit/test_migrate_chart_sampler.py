@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from crosszone.bench import migrate_chart
 from crosszone.linux.netns import CommandFailed
+from crosszone_lab.bench import migrate_chart
 
 
 class Gw:

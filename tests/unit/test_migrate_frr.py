@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from crosszone.emulate import frr
-from crosszone.emulate.fib_watch import share
-from crosszone.emulate.migration import _matches
+from crosszone_lab.emulate import frr
+from crosszone_lab.emulate.fib_watch import share
+from crosszone_lab.emulate.migration import _matches
 
 
 def test_link_bandwidth_splits_the_percentage_over_a_kind() -> None:

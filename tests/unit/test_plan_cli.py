@@ -10,8 +10,9 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from crosszone.bench.commands import register as register_bench
 from crosszone.plan.commands import register
+from crosszone_lab.bench.commands import register as register_bench
+from crosszone_lab.charts import register as register_charts
 
 pytestmark = pytest.mark.unit
 
@@ -27,6 +28,7 @@ def app():
     app.add_typer(bench, name="bench")
     register(app, bench)
     register_bench(app, bench)
+    register_charts(app, bench)  # --chart's writers (the lab's; the product has the option)
     return app
 
 

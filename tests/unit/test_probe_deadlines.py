@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from crosszone.workload import probe
+from crosszone_lab.workload import probe
 
 BODY = b'{"shard": 0}'
 

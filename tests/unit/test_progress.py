@@ -130,7 +130,7 @@ def test_apply_json_and_top(controller) -> None:
 
 
 def test_bench_emitters_print_the_line_and_name_it(capsys) -> None:
-    from crosszone.bench.commands import _emitter, _line_emitter, _what
+    from crosszone_lab.bench.commands import _emitter, _line_emitter, _what
 
     assert _what('{"kind": "crosszone", "event": "link_down", "loss": 3}') == \
         "crosszone link_down"

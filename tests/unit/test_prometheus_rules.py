@@ -23,7 +23,7 @@ from crosszone.agent.metrics import RECORDING_RULES, AgentMetrics, FastPathColle
 from crosszone.agent.routing import RoutingCollector, bfd_sessions, bgp_sessions, xdp_devices
 from crosszone.control import dashboard
 from crosszone.control.metrics import ControllerCollector, exposition
-from crosszone.emulate import prometheus
+from crosszone_lab.emulate import prometheus
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "docs" / "grafana" / "crosszone.json"
@@ -138,7 +138,7 @@ def test_prometheus_config_passes_promtool(tmp_path: Path) -> None:
 
 
 def test_the_port_is_in_the_instances_block_after_every_agent() -> None:
-    from crosszone.emulate import control_plane, topology
+    from crosszone_lab.emulate import control_plane, topology
 
     base = control_plane.port_base()
     agents = {int(control_plane.agent_metrics(g).rsplit(":", 1)[1])

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from crosszone.emulate.stallwatch import Stall, StallWatch, parse
+from crosszone_lab.emulate.stallwatch import Stall, StallWatch, parse
 
 
 def test_parse_reads_one_stall_per_line_and_skips_garbage() -> None:

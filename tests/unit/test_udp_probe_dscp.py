@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from crosszone.emulate import topology
-from crosszone.workload import probe, udp_probe
+from crosszone_lab.emulate import topology
+from crosszone_lab.workload import probe, udp_probe
 
 ROOT = Path(__file__).resolve().parents[2]
 

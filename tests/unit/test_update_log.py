@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from crosszone.emulate import update_log
+from crosszone_lab.emulate import update_log
 
 LOG = """\
 2026/12/02 23:59:08.053875 BGP: [T5AAP-5GA85] 10.10.2.2(czemu-lgw2) rcvd UPDATE w/ attr: nexthop 10.10.2.2, origin i

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crosszone.workload import worker
+from crosszone_lab.workload import worker
 
 pytestmark = pytest.mark.unit
 

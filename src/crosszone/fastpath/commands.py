@@ -1,4 +1,8 @@
-"""`crosszone fastpath ...` commands and `crosszone bench fastpath`."""
+"""`crosszone fastpath ...` commands: attach, detach, stats.
+
+`crosszone fastpath run` (a pcap through the program) is the lab's, in
+crosszone_lab/pcap_commands.py: reading pcaps needs scapy.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,6 @@ from rich.table import Table
 
 from crosszone.intent.errors import InvalidIntentError
 
-JSON_KEYS = ("index", "verdict", "reason", "egress", "len")
 fastpath_app = typer.Typer(help="Run, attach and inspect the XDP fast path.", no_args_is_help=True)
 console = Console(emoji=False)  # ':a:' in an IPv6 address is not an emoji
 
@@ -20,56 +23,6 @@ console = Console(emoji=False)  # ':a:' in an IPv6 address is not an emoji
 def _fail(msg: str) -> None:
     Console(stderr=True).print(f"[red]error:[/red] {msg}")
     raise typer.Exit(2)
-
-
-@fastpath_app.command("run")
-def run_cmd(
-    intent: Path = typer.Option(..., "--intent", help="Intent YAML whose tables are loaded."),
-    pcap: Path = typer.Option(..., "--pcap", help="Input pcap of Ethernet frames."),
-    out: Path = typer.Option(..., "--out", help="Output pcap: the forwarded frames as rewritten."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object per packet."),
-    ingress: str = typer.Option(
-        "", "--ingress", help="Intent interface the frames arrive on (XDP_TX detection)."
-    ),
-    model: bool = typer.Option(
-        False,
-        "--model",
-        help="Use the Python reference model instead of the kernel program (no root needed).",
-    ),
-    gateway: str = typer.Option(
-        "", "--gateway", help="Gateway of the intent to run (needed when it has several)."
-    ),
-) -> None:
-    """Run every packet of a pcap through the real program with an intent's tables."""
-    from crosszone.fastpath.testing.pcap_run import run_pcap
-
-    try:
-        rows = run_pcap(intent, pcap, out, ingress=ingress or None, use_model=model,
-                        gateway=gateway or None)
-    except InvalidIntentError as exc:
-        _fail(str(exc))
-        return
-    except (OSError, ValueError) as exc:
-        _fail(f"{pcap}: {exc}")
-        return
-    if as_json:
-        for r in rows:
-            sys.stdout.write(json.dumps({k: r[k] for k in JSON_KEYS}) + "\n")
-        return
-    table = Table(title=f"{pcap} through the {'model' if model else 'XDP program'}")
-    for col in ("#", "verdict", "reason", "egress", "len", "output"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(
-            str(r["index"]),
-            r["verdict"],
-            r["reason"],
-            r["egress"] or "-",
-            str(r["len"]),
-            r["summary"],
-        )
-    console.print(table)
-    console.print(f"forwarded frames written to {out}")
 
 
 @fastpath_app.command("attach")

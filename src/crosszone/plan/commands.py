@@ -35,6 +35,20 @@ __all__ = ["register"]
 _T = TypeVar("_T")
 _DEFAULT_CATALOG = Path("examples/catalog.yaml")
 
+#: The chart writers of `--chart`, by command ("plan", "simulate"). They draw with matplotlib, a
+#: lab dependency, so the lab adds them when its commands register (crosszone_lab/charts.py); the
+#: product never imports the lab. Each takes the result and an output stem, returns the paths.
+CHART_WRITERS: dict[str, Callable[[Any, Path], tuple[Path, ...]]] = {}
+
+
+def _chart_writer(command: str, chart: Path) -> Callable[[Any, Path], tuple[Path, ...]]:
+    """The writer for `command`'s --chart, or a PlanInputError naming the extra that draws it."""
+    writer = CHART_WRITERS.get(command)
+    if writer is None:
+        raise PlanInputError("--chart", str(chart),
+                             "charts are drawn by the lab: install crosszone[lab]")
+    return writer
+
 
 def _read(path: Path) -> str:
     """Read a user-named file, turning OS errors into a PlanInputError naming the file."""
@@ -311,9 +325,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             fits = fit_tables(cat, counts) if counts is not None else None
             written: tuple[Path, ...] = ()
             if chart is not None:
-                from crosszone.plan.charts import plan_chart
-
-                written = plan_chart(plan, chart)
+                written = _chart_writer("plan", chart)(plan, chart)
             if as_json:
                 out: dict[str, Any] = plan.to_json()
                 if fits is not None:
@@ -357,9 +369,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             comparison = compare_published(parsed, result)
             written: tuple[Path, ...] = ()
             if chart is not None:
-                from crosszone.plan.charts import simulate_chart
-
-                written = simulate_chart(result, chart)
+                written = _chart_writer("simulate", chart)(result, chart)
             if as_json:
                 out = result.to_json()
                 if comparison is not None:

@@ -1,6 +1,6 @@
 """Validation of the fluid model against a small emulated gateway tier (`czval-*` namespaces).
 
-Why a tier of its own and not the emulated deployment (`crosszone.emulate`): on a 2-core box the
+Why a tier of its own and not the emulated deployment (`crosszone_lab.emulate`): on a 2-core box the
 full deployment is CPU-bound as a whole (hosts, routers, gateways and storage share two cores),
 so its per-gateway capacity is whatever the CPU happens to push, not a parameter one can set.
 The fluid model takes the per-device capacity as its input. Here every gateway's egress is

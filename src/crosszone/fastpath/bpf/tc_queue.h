@@ -1,5 +1,5 @@
 /* Constants shared by the emulator's DSCP queue classifier (tc_dscp_class.c) and the tc classes
- * the emulator builds around it (crosszone/emulate/queues.py mirrors them; a unit test checks). */
+ * the emulator builds around it (crosszone_lab/emulate/queues.py mirrors them; a unit test checks). */
 #ifndef CZ_TC_QUEUE_H
 #define CZ_TC_QUEUE_H
 

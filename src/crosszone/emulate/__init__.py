@@ -1,1 +1,0 @@
-"""crosszone.emulate package."""

@@ -1,0 +1,1 @@
+"""crosszone_lab.workload package."""

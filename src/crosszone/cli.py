@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "crosszone.fastpath.commands",
     "crosszone.agent.commands",
     "crosszone.control.commands",
+    "crosszone.migrate.commands",
     "crosszone.plan.commands",
 )
 # The lab's (crosszone_lab: emulator, workload, benchmarks, demo, pcap runs, charts), registered
@@ -49,7 +50,7 @@ LAB_REQUIRES = ("scapy", "matplotlib")
 #: The commands the lab adds, by group ("" is the top level). Without the lab each is still there
 #: and answers "install crosszone[lab]" instead of click's "No such command".
 LAB_COMMANDS: dict[str, tuple[str, ...]] = {
-    "": ("emulate", "workload", "migrate", "demo"),
+    "": ("emulate", "workload", "demo"),
     "bench": ("fastpath", "forward", "control", "simulate", "policy", "fairness", "failover",
               "switches", "migrate"),
     "fastpath": ("run",),

@@ -171,7 +171,8 @@ def test_the_product_runs_without_the_lab() -> None:
         "             ['controller', '--help'], ['apply', '--help'], ['status', '--help'],\n"
         "             ['top', '--help'], ['plan', '--help'], ['simulate', '--help'],\n"
         "             ['fastpath', 'attach', '--help'], ['fastpath', 'stats', '--help'],\n"
-        "             ['intent', 'migrate', '--help']):\n"
+        "             ['intent', 'migrate', '--help'], ['migrate', 'start', '--help'],\n"
+        "             ['migrate', 'plan', '--json']):\n"
         "    res = r.invoke(cli.app, args)\n"
         "    assert res.exit_code == 0, (args, res.output, res.exception)\n"
         "for args in (['demo', '--quick'], ['emulate', 'up'], ['bench', 'fastpath'],\n"
@@ -198,7 +199,7 @@ def test_the_lab_commands_are_the_listed_ones() -> None:
 
     groups["fastpath"] = fastpath_app
     product = {"": {"check", "fastpath", "agent", "controller", "apply", "status", "top", "plan",
-                    "simulate", "simulate-validate", "intent", "bench"},
+                    "simulate", "simulate-validate", "intent", "bench", "migrate"},
                "bench": set(), "fastpath": {"attach", "detach", "stats"}}
     for group, names in cli.LAB_COMMANDS.items():
         typer_app = groups[group]

@@ -42,6 +42,8 @@ from crosszone.agent.routing_owner import RoutingOwner
 from crosszone.compile.diff import Sink
 from crosszone.compile.gateway import Ids
 from crosszone.store.objects import CORE
+from crosszone.store.routing import GatewayRouting, RoutingObjectError
+from crosszone.store.routing import key as routing_key
 from crosszone.store.store import INTENT, STATUS, Event, RevisionCompacted, Store, StoreUnavailable
 
 log = logging.getLogger("crosszone.agent")
@@ -92,6 +94,9 @@ class Agent:
         self._last_reported: tuple | None = None
         self.health = "starting"
         self.message = ""
+        # where this agent's metrics are served (reported: the migration's runner reads them)
+        self.metrics_address: str | None = None
+        self._routing_raw: bytes | None = None  # the routing object last handed to routing
         self.counters: Callable[[], dict[str, int]] = lambda: {}
         self.occupancy: Callable[[], dict[str, int]] = lambda: {}
         ids = None
@@ -167,6 +172,29 @@ class Agent:
         self.message = f"store unreachable, keeping revision {self.rec.revision}: {exc}"
         self.sleep(self.backoff.next())
 
+    def _read_routing(self) -> None:
+        """Hand this gateway's routing object (`routing/<gateway>`, the migration's step) to
+        the routing owner when it changed; the next reconcile applies it. One read per step:
+        the object is outside `intent/` (a weight is not an intent revision: it must not make
+        the maps recompile), so the intent's watch does not bring it, and a step waits at
+        most its watch timeout (0.5 s in `crosszone agent`) before it sees a new one."""
+        if self.routing is None:
+            return
+        try:
+            raw = self.store.get(routing_key(self.gateway))
+        except StoreUnavailable:
+            return  # the watch reports the store; the last object stays applied
+        if raw == self._routing_raw:
+            return
+        self._routing_raw = raw
+        if raw is None:
+            self.routing.set_routing_object(None)
+            return
+        try:
+            self.routing.set_routing_object(GatewayRouting.from_bytes(raw))
+        except RoutingObjectError as exc:
+            self.routing.refuse_routing_object(f"routing/{self.gateway}: {exc}")
+
     def start(self) -> Applied | None:
         """Read the whole desired state once and reconcile the maps to it."""
         try:
@@ -174,6 +202,7 @@ class Agent:
         except StoreUnavailable as exc:
             self._store_failed(exc)
             return None
+        self._read_routing()
         self.metrics.store_up.set(1)
         self.backoff.reset()
         objects = {k[len(INTENT):]: v for k, v in objs.items()}
@@ -208,6 +237,7 @@ class Agent:
             return None
         self.metrics.store_up.set(1)
         self.backoff.reset()
+        self._read_routing()
         revision = max((e.revision for e in events), default=self.rec.seen)
         core = [e.value for e in sorted(events, key=lambda e: e.revision)
                 if e.key == INTENT + CORE]
@@ -231,6 +261,8 @@ class Agent:
             out["occupancy"] = self.occupancy()
         except OSError as exc:
             out["counters"], out["message"] = {}, f"counters unreadable: {exc}"
+        if self.metrics_address:
+            out["metrics"] = self.metrics_address
         out["routing"] = (self.routing.status() if self.routing is not None else
                           {"mode": "off", "message": "this agent does not manage routing"})
         return out

@@ -95,6 +95,7 @@ def agent_cmd(
         agent.routing = routing_owner(gateway, target, sessions.snapshot)
         agent.metrics.registry.register(agent.routing)
     if metrics:
+        agent.metrics_address = metrics  # in its status: where the migration reads them
         host, _, port = metrics.rpartition(":")
         start_http_server(int(port), addr=host or "127.0.0.1", registry=agent.metrics.registry)
     stop = {"now": False}

@@ -20,8 +20,12 @@ removed has nowhere to go either way). A gateway whose intent has no `bgp:` is l
 is applied again, which corrects a configuration changed behind the agent's back (counted in
 `drift_corrections`); when nothing differs that costs one frr-reload.py comparison.
 
-`state` is the migration's per-gateway routing state (frr_config.RoutingState); until the
-migration writes one (issue 23, deliverable 2) it is the default: everything announced, no
+`state` is the migration's per-gateway routing state (frr_config.RoutingState): the agent
+reads its gateway's routing object from the store (`routing/<gateway>`, store/routing.py,
+written by the migration's runner) and hands it to `set_routing_object`; without one it is
+the default (everything announced, no weight). The object's revision is reported once FRR
+holds it (status `routing.state_revision`): that is what the runner waits for. The state is
+rendered into the configuration file too, so a restarted bgpd comes back with the step's
 weight.
 """
 
@@ -32,7 +36,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar, cast
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -42,6 +46,7 @@ from crosszone.agent.frr_config import Rendered, RenderError, RoutingState, faci
 from crosszone.intent.errors import InvalidIntentError
 from crosszone.intent.schema import Cluster
 from crosszone.store.objects import CORE, join_objects
+from crosszone.store.routing import GatewayRouting
 
 log = logging.getLogger("crosszone.agent.routing")
 T = TypeVar("T")
@@ -79,14 +84,39 @@ class RoutingOwner(Collector):
         self._checked_at = 0.0
         self._clusters: dict[bytes, Cluster | None] = {}
         self._applied_core: bytes | None = None  # the core object FRR's announcements follow
-        self._done_key: tuple[bytes, RoutingState] | None = None
+        self._done_key: tuple[bytes, RoutingState, int | None] | None = None
         self._retry_at = 0.0
+        # the routing object's revision that `state` comes from (None: no object), the one
+        # FRR holds, and why the last object read was refused ('' when it was not)
+        self.state_revision: int | None = None
+        self.applied_state_revision: int | None = None
+        self.state_error = ""
 
     # ---- control ---------------------------------------------------------------------------
 
-    def set_state(self, state: RoutingState) -> None:
-        """A new routing state (applied at the next reconcile)."""
-        self.state = state
+    def set_state(self, state: RoutingState, revision: int | None = None) -> None:
+        """A new routing state (applied at the next reconcile); revision: the routing
+        object's it comes from."""
+        self.state, self.state_revision = state, revision
+
+    def set_routing_object(self, obj: GatewayRouting | None) -> None:
+        """The gateway's routing object from the store (None: there is none, the default)."""
+        self.state_error = ""
+        if obj is None:
+            self.set_state(RoutingState())
+            return
+        canary = cast(Literal["on", "off", "only"], obj.canary)  # checked by GatewayRouting
+        self.set_state(RoutingState(withdraw=obj.withdraw, canary=canary,
+                                    canary_vpcs=frozenset(obj.canary_vpcs),
+                                    bandwidth_mbps=obj.bandwidth_mbps,
+                                    graceful_shutdown=obj.graceful_shutdown), obj.revision)
+
+    def refuse_routing_object(self, why: str) -> None:
+        """The stored routing object is not one: keep the state FRR holds, say why."""
+        if why != self.state_error:
+            log.warning("gateway %s: routing object refused, keeping the last one: %s",
+                        self.gateway, why)
+        self.state_error = why[:1000]
 
     def around(self, rec: _Applied, apply_maps: Callable[[], T], core: bytes | None) -> T:
         """Withdraw what `core` drops, apply the maps, then bring FRR to what they hold.
@@ -148,7 +178,7 @@ class RoutingOwner(Collector):
         core = rec.objects.get(CORE)
         if core is None:
             return  # nothing applied yet
-        key = (core, self.state)
+        key = (core, self.state, self.state_revision)
         if self.mode == "error":
             if self.now() < self._retry_at:
                 return
@@ -173,6 +203,7 @@ class RoutingOwner(Collector):
         check = key == self._done_key and self.mode == "managed"
         if self._apply(target, rec.revision, check):
             self._done_key, self._applied_core = key, core
+            self.applied_state_revision = key[2]
 
     def _check_due(self) -> bool:
         """Whether to apply the same text again: FRR may have been changed behind the agent's
@@ -228,6 +259,9 @@ class RoutingOwner(Collector):
             "graceful_shutdown": a.state.graceful_shutdown if a else False,
             "withdraw": a.state.withdraw if a else False,
             "canary": a.state.canary if a else None,
+            # the routing object (routing/<gateway>) FRR holds, the one read, a refusal
+            "state_revision": self.applied_state_revision,
+            "state_wanted": self.state_revision, "state_error": self.state_error,
             "applies": self.applies, "errors": self.errors,
             "drift_corrections": self.drift_corrections,
             "last_change": {"deleted": len(self.last_changes.deleted),
@@ -243,7 +277,7 @@ class RoutingOwner(Collector):
         """What changes the status enough to report it at once."""
         a = self.applied
         return (self.mode, self.message, self.applied_revision, a.announced if a else (),
-                a.state if a else None)
+                a.state if a else None, self.applied_state_revision, self.state_error)
 
     def collect(self) -> Iterator[Any]:
         """Prometheus families of what was applied (sessions: routing.RoutingCollector)."""
@@ -257,6 +291,11 @@ class RoutingOwner(Collector):
                                   "Intent revision whose routing FRR holds")
             g.add_metric([], self.applied_revision)
             yield g
+        if self.applied_state_revision is not None:
+            sr = GaugeMetricFamily("crosszone_routing_state_revision", "Revision of the "
+                                   "gateway's routing object (routing/<gateway>) FRR holds")
+            sr.add_metric([], self.applied_state_revision)
+            yield sr
         a = self.applied
         ann = GaugeMetricFamily("crosszone_routing_announced", "1 for each prefix the gateway "
                                 "announces", labels=["prefix"])

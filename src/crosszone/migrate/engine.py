@@ -36,6 +36,8 @@ ACTIVE = ("canary", "shifting", "paused", "shifted", "draining")
 #: States after which nothing happens until a new `start`.
 FINAL = ("none", "finished", "rolled_back")
 OPS = ("start", "pause", "resume", "rollback", "finish")
+#: Keys of a driver's `last_move` that the history keeps with each weight move.
+MOVE_DETAILS = ("applied_ms", "share", "share_reached")
 #: A runner whose heartbeat is older than this is taken for dead (kill -9 leaves no goodbye).
 RUNNER_TIMEOUT_S = 5.0
 
@@ -274,7 +276,11 @@ class Engine:
     def _set_weight(self, weight: int, event: str, reason: str | None = None) -> None:
         ms = self.driver.set_weight(self.state.the_plan, weight)
         self.state.weight_new = weight
-        self._record(event, reason, converge_ms=round(ms, 1))
+        # what a driver says about the move beyond its time (agent_driver: when the agents
+        # had applied it, the traffic share it reached), kept in the history beside converge_ms
+        details = getattr(self.driver, "last_move", None) or {}
+        extra = {k: details[k] for k in MOVE_DETAILS if k in details}
+        self._record(event, reason, converge_ms=round(ms, 1), **extra)
 
     def _rollback_all(self, reason: str) -> None:
         s = self.state

@@ -1,0 +1,586 @@
+"""The product's migration driver: the crosszone gateways through their agents, the legacy
+gateways through an adapter, convergence and guards from what an operator has.
+
+`AgentDriver` implements the engine's `Driver` (migrate/engine.py) for a real deployment and
+for the emulator alike:
+
+- **moves** (canary, each step's weight, retire): `moves.plan_move` says what each gateway
+  does; the driver performs the legacy side's actions through the adapter (`LegacySide`) and
+  writes every crosszone gateway's routing object (`routing/<gateway>`, store/routing.py) in
+  one store transaction, then waits until every agent reports in its status that FRR holds
+  that object's revision (`routing.state_revision`). An agent that is down holds the step: the
+  driver waits (and keeps the runner's heartbeat) until it is back and has applied it.
+- **convergence**: once every agent applied, the driver samples the forwarded-packet counters
+  of both sides (the agents' metrics, `crosszone_verdicts_total{verdict="forward"}`; the
+  adapter's counter for the legacy gateways) and waits until the new side's share of the
+  packets forwarded over the last `window_s` reaches the step's weight within
+  `share_tolerance` percentage points. `converge_ms` runs from the first action to that
+  moment; a share that does not get there within `share_timeout_s` is recorded (`share`,
+  `share_reached: false`) and the migration goes on: with few flows ECMP hashing cannot split
+  packets at every weight (a flow goes one way), and the guards, not the share, protect the
+  traffic.
+- **guards**: the probes' verdicts in the store (`Probes`: failed reads, p99 against the
+  baseline), the target crosszone gateways' fast-path drops since the previous reading (their
+  metrics, `verdict="drop"`), BGP and BFD sessions as the crosszone gateways see them (their
+  metrics, `crosszone_bgp_session_up` / `crosszone_bfd_session_up`), and unhealthy agents
+  (status not `ok`, a stale status, a metrics endpoint that refuses, or that times out at two
+  readings in a row).
+- **parity**: every crosszone gateway's agent reports health `ok`, manages its routing
+  (`routing.mode: managed`, so it can apply the steps) and sees its sessions up; the legacy
+  side answers its counter.
+
+Time is injected (`clock`, `sleep`), and so are the metrics scraper and the probes, so the unit
+tests run a migration against fake agents in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from crosszone.migrate import engine as eng
+from crosszone.migrate.moves import LegacyAction, Move, Sides, plan_move, plan_retire
+from crosszone.migrate.plan import Plan
+from crosszone.store import routing
+from crosszone.store.routing import GatewayRouting
+from crosszone.store.store import STATUS, Store
+
+#: Percentage points by which the new side's share of forwarded packets may differ from the
+#: step's weight and count as reached.
+SHARE_TOLERANCE = 5.0
+#: The share is taken over the packets forwarded in this many seconds (a sliding window).
+SHARE_WINDOW_S = 1.0
+#: Fewer packets than this in the window: no share can be read (too little traffic).
+SHARE_MIN_PACKETS = 50
+#: How long to wait for the share once every agent applied the step.
+SHARE_TIMEOUT_S = 30.0
+#: Latency factors are taken against at least this p99 (ms): below it, noise.
+LATENCY_FLOOR_MS = 50.0
+#: An agent's status older than this is taken for a dead agent (it writes one every 30 s).
+STATUS_STALE_S = 75.0
+#: How long an agent's metrics endpoint may take to answer.
+METRICS_TIMEOUT_S = 3.0
+#: The kind name of the gateways driven through agents (the other side is the legacy one).
+AGENT_KIND = "crosszone"
+
+
+class DriverError(RuntimeError):
+    """The driver could not perform a move (the message says which gateway and why)."""
+
+
+class LegacySide(Protocol):
+    """The legacy gateways' actions a migration needs (migrate/legacy_adapter.py implements
+    them; tests use a fake). Each acts on one gateway, names it, and is idempotent."""
+
+    def set_weight(self, gateway: str, bandwidth_mbps: int) -> None:
+        """Announce with this BGP link bandwidth (and without graceful shutdown)."""
+        ...
+
+    def drain(self, gateway: str) -> None:
+        """Announce with the graceful-shutdown community: routers keep it as backup only."""
+        ...
+
+    def withdraw(self, gateway: str) -> None:
+        """Announce nothing (sessions stay up)."""
+        ...
+
+    def restore(self, gateway: str) -> None:
+        """Announce as before the migration: no weight, no graceful shutdown."""
+        ...
+
+    def forwarded_packets(self, gateway: str) -> int:
+        """Packets the gateway has forwarded for the VPCs so far (a counter)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ProbeRound:
+    """The probes' reads of one role since the previous reading."""
+
+    reads: int
+    errors: int
+    p99_ms: float
+
+
+class Probes(Protocol):
+    """The probes' verdicts in the store (the `crosszone probe` role writes them)."""
+
+    def read(self, role: str) -> ProbeRound | None:
+        """Reads of `role` ("canary" or "production") since the previous call; None when no
+        probe of that role reports."""
+        ...
+
+
+@dataclass(frozen=True)
+class AgentSample:
+    """What one scrape of an agent's metrics says."""
+
+    forwarded: int = 0
+    forwarded_bytes: int = 0
+    drops: dict[str, int] = field(default_factory=dict)
+    bgp: dict[str, bool] = field(default_factory=dict)
+    bfd: dict[str, bool] = field(default_factory=dict)
+
+
+def parse_metrics(text: str) -> AgentSample:
+    """An agent's metrics page (Prometheus text format) -> the figures the driver reads."""
+    fwd = fwd_b = 0
+    drops: dict[str, int] = {}
+    bgp: dict[str, bool] = {}
+    bfd: dict[str, bool] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == "crosszone_verdicts_total":
+                if s.labels.get("verdict") == "forward":
+                    fwd += int(s.value)
+                elif s.labels.get("verdict") == "drop":
+                    r = s.labels.get("reason", "?")
+                    drops[r] = drops.get(r, 0) + int(s.value)
+            elif s.name == "crosszone_verdict_bytes_total" and \
+                    s.labels.get("verdict") == "forward":
+                fwd_b += int(s.value)
+            elif s.name == "crosszone_bgp_session_up":
+                peer = s.labels.get("peer", "?")
+                bgp[peer] = bgp.get(peer, True) and s.value == 1
+            elif s.name == "crosszone_bfd_session_up":
+                bfd[s.labels.get("peer", "?")] = s.value == 1
+    return AgentSample(fwd, fwd_b, drops, bgp, bfd)
+
+
+class ScrapeError(OSError):
+    """An agent's metrics could not be read; `slow` when it only did not answer in time."""
+
+    def __init__(self, message: str, slow: bool = False) -> None:
+        super().__init__(message)
+        self.slow = slow
+
+
+def http_scrape(address: str, timeout: float = METRICS_TIMEOUT_S) -> str:
+    """GET http://address/metrics (ScrapeError when it fails)."""
+    try:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=timeout) as resp:
+            return resp.read().decode()
+    except TimeoutError as exc:
+        raise ScrapeError(f"metrics endpoint {address}: {exc}", slow=True) from None
+    except urllib.error.URLError as exc:
+        raise ScrapeError(f"metrics endpoint {address}: {exc.reason}",
+                          slow=isinstance(exc.reason, TimeoutError)) from None
+    except (OSError, ValueError) as exc:
+        raise ScrapeError(f"metrics endpoint {address}: {exc}") from None
+
+
+def agent_gateways(store: Store) -> list[str]:
+    """The crosszone gateways of the stored intent (the agents a migration drives)."""
+    from crosszone.store.objects import CORE
+    from crosszone.store.store import INTENT
+
+    raw = store.get(INTENT + CORE)
+    if raw is None:
+        return []
+    try:
+        doc = json.loads(raw)
+        return [str(g["name"]) for g in doc.get("gateways", [])]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return []
+
+
+def standby(store: Store, gateways: list[str]) -> int:
+    """Put crosszone gateways on standby before a migration: sessions up, nothing announced
+    (a routing object with `withdraw`), so that they take no traffic before the migration
+    gives them some. Returns the objects' revision."""
+    rev = routing.next_revision(store)
+    store.put_many({routing.key(gw): GatewayRouting(revision=rev, withdraw=True,
+                                                    by="standby").to_bytes()
+                    for gw in gateways})
+    return rev
+
+
+@dataclass
+class AgentDriver:
+    """Drives a migration through the agents (crosszone) and an adapter (legacy)."""
+
+    store: Store
+    legacy: LegacySide
+    legacy_gateways: list[str]
+    agents: list[str]
+    probes: Probes
+    #: gateway -> metrics address (host:port); default: the address the agent reports
+    metrics: dict[str, str] = field(default_factory=dict)
+    scrape: Callable[[str], str] = http_scrape
+    clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
+    log: Callable[[str], None] = lambda _m: None
+    #: called while a move waits (the runner's heartbeat: a long wait is not a dead runner)
+    beat: Callable[[], None] = lambda: None
+    poll_s: float = 0.1
+    share_tolerance: float = SHARE_TOLERANCE
+    share_window_s: float = SHARE_WINDOW_S
+    share_min_packets: int = SHARE_MIN_PACKETS
+    share_timeout_s: float = SHARE_TIMEOUT_S
+    #: how long a move waits for the agents (None: until they applied it, however long)
+    apply_timeout_s: float | None = None
+    log_every_s: float = 10.0
+    baseline_p99_ms: float | None = None
+    #: the last weight move: weight_new, announce_ms, applied_ms, converge_ms, share, ...
+    last_move: dict[str, Any] = field(default_factory=dict)
+    _weight: int | None = None
+    _canary_on: bool = False
+    _retired: bool = False
+    _drops0: dict[str, int] = field(default_factory=dict)
+    _slow: set[str] = field(default_factory=set)
+
+    # ---- who is who ---------------------------------------------------------------------------
+
+    def sides(self, plan: Plan) -> Sides:
+        """The plan's sides (DriverError unless exactly one of them is crosszone)."""
+        kinds = (plan.source, plan.target)
+        if kinds.count(AGENT_KIND) != 1:
+            raise DriverError(f"a migration runs between {AGENT_KIND} and another kind of "
+                              f"gateway, not {plan.source} -> {plan.target}")
+        return Sides(tuple(self.agents), tuple(self.legacy_gateways),
+                     agents_are_target=plan.target == AGENT_KIND,
+                     canary_vpcs=(plan.canary,) if plan.canary else ())
+
+    def _target_agents(self, plan: Plan) -> list[str]:
+        return list(self.agents) if plan.target == AGENT_KIND else []
+
+    def _live_agents(self, plan: Plan) -> list[str]:
+        """The crosszone gateways that carry or may carry traffic (not retired)."""
+        return [] if self._retired and plan.source == AGENT_KIND else list(self.agents)
+
+    def _weight_now(self) -> int:
+        """The weight the network is at: the last move's, else the stored migration's (a
+        resumed runner re-asserts the canary before the weight, and must not take the
+        current step's traffic off the new gateways in between)."""
+        if self._weight is None:
+            self._weight = eng.read_state(self.store).weight_new
+        return self._weight
+
+    # ---- reading the agents -------------------------------------------------------------------
+
+    def statuses(self) -> dict[str, dict[str, Any]]:
+        """Every agent's last status (unreadable ones as {})."""
+        items, _ = self.store.get_prefix(STATUS)
+        out: dict[str, dict[str, Any]] = {}
+        for k, v in items.items():
+            try:
+                doc = json.loads(v)
+            except ValueError:
+                doc = {}
+            out[k[len(STATUS):]] = doc if isinstance(doc, dict) else {}
+        return out
+
+    def _address(self, gw: str, status: dict[str, Any]) -> str | None:
+        return self.metrics.get(gw) or (str(status["metrics"]) if status.get("metrics")
+                                        else None)
+
+    def sample(self, gw: str, status: dict[str, Any] | None = None) -> AgentSample:
+        """One scrape of `gw`'s agent (ScrapeError when it cannot be read)."""
+        if status is None:
+            status = self.statuses().get(gw, {})
+        addr = self._address(gw, status)
+        if addr is None:
+            raise ScrapeError(f"{gw}: no metrics address (the agent reports none; give one)")
+        try:
+            return parse_metrics(self.scrape(addr))
+        except ValueError as exc:
+            raise ScrapeError(f"{gw}: metrics page unreadable: {exc}") from None
+
+    # ---- parity -------------------------------------------------------------------------------
+
+    def parity(self, plan: Plan) -> list[str]:
+        """Why the migration cannot start (empty: it can)."""
+        try:
+            sides = self.sides(plan)
+        except DriverError as exc:
+            return [str(exc)]
+        problems = []
+        if not sides.agents:
+            problems.append(f"no {AGENT_KIND} gateway in the intent")
+        if not sides.legacy:
+            problems.append("no legacy gateway given")
+        statuses = self.statuses()
+        now = self.wall()
+        for gw in sides.agents:
+            st = statuses.get(gw)
+            if st is None:
+                problems.append(f"{gw}: no agent has reported")
+                continue
+            problems += [f"{gw}: {p}" for p in _status_problems(st, now)]
+            mode = (st.get("routing") or {}).get("mode")
+            if mode != "managed":
+                problems.append(f"{gw}: its agent does not manage its routing (mode {mode!r}): "
+                                "it could not apply the steps (docs/routing.md)")
+            try:
+                s = self.sample(gw, st)
+            except ScrapeError as exc:
+                problems.append(f"{gw}: {exc}")
+                continue
+            problems += [f"{gw}: BGP session with {p} is not Established"
+                         for p, up in sorted(s.bgp.items()) if not up]
+            problems += [f"{gw}: BFD session with {p} is not up"
+                         for p, up in sorted(s.bfd.items()) if not up]
+            if not s.bgp:
+                problems.append(f"{gw}: its agent reports no BGP session")
+        for gw in sides.legacy:
+            try:
+                self.legacy.forwarded_packets(gw)
+            except Exception as exc:  # an adapter's command may fail any way
+                problems.append(f"{gw}: the legacy adapter cannot read its counter: {exc}")
+        if plan.canary and sides.agents_are_target:
+            for gw in sides.agents:
+                st = statuses.get(gw) or {}
+                if plan.canary not in (st.get("routing") or {}).get("vpcs", [plan.canary]):
+                    problems.append(f"{gw}: no VPC {plan.canary!r} for the canary")
+        return problems
+
+    # ---- moves --------------------------------------------------------------------------------
+
+    def set_canary(self, plan: Plan, on: bool) -> None:
+        """The canary VPC on the target crosszone gateways alone (on), or back (off)."""
+        sides = self.sides(plan)
+        if not sides.canary_vpcs or not sides.agents_are_target:
+            if on and sides.canary_vpcs:
+                self.log("canary: the legacy side cannot announce one VPC alone; the first "
+                         "step is the first proof of the new gateways")
+            self._canary_on = False
+            return
+        self._canary_on = on
+        # the agents' states alone: the canary changes nothing on the legacy side
+        move = plan_move(sides, self._weight_now(), on)
+        self._perform(Move(states=move.states), "canary " + ("on" if on else "off"))
+
+    def set_weight(self, plan: Plan, weight_new: int) -> float:
+        """Move to `weight_new` percent on the target; ms until every agent applied it and
+        the target's share of forwarded packets reached it (last_move has the parts)."""
+        sides = self.sides(plan)
+        t0 = self.clock()
+        announced, applied = self._perform(plan_move(sides, weight_new, self._canary_on),
+                                           f"step {weight_new}%")
+        self._weight = weight_new
+        share, reached = self._wait_share(plan, weight_new)
+        done = self.clock()
+        self.last_move = {"weight_new": weight_new,
+                          "announce_ms": round((announced - t0) * 1000, 1),
+                          "applied_ms": round((applied - t0) * 1000, 1),
+                          "converge_ms": round((done - t0) * 1000, 1),
+                          "share": None if share is None else round(share, 2),
+                          "share_reached": reached}
+        return (done - t0) * 1000
+
+    def retire(self, plan: Plan) -> list[str]:
+        """Withdraw the source gateways; the target announces without weights."""
+        sides = self.sides(plan)
+        self._perform(plan_retire(sides), "retire")
+        self._retired = True
+        return list(sides.legacy if sides.agents_are_target else sides.agents)
+
+    def _perform(self, move: Move, what: str) -> tuple[float, float]:
+        """The legacy actions before, the agents' routing objects (one transaction), the
+        legacy actions after; then wait until every agent applied its object. Returns the
+        clock when the last action was taken and when the last agent had applied."""
+        self._legacy(move.before)
+        wanted = self._write_states(move)
+        self._legacy(move.after)
+        announced = self.clock()
+        self._wait_applied(wanted, what)
+        return announced, self.clock()
+
+    def _legacy(self, actions: tuple[LegacyAction, ...]) -> None:
+        for a in actions:
+            try:
+                if a.verb == "set_weight":
+                    assert a.value is not None
+                    self.legacy.set_weight(a.gateway, a.value)
+                else:
+                    getattr(self.legacy, a.verb)(a.gateway)
+            except DriverError:
+                raise
+            except Exception as exc:  # an operator's command may fail any way
+                raise DriverError(f"legacy gateway {a.gateway}: {a.verb} failed: {exc}"
+                                  ) from None
+
+    def _write_states(self, move: Move) -> dict[str, int]:
+        """Write every agent's routing object in one transaction: gateway -> revision."""
+        if not move.states:
+            return {}
+        rev = routing.next_revision(self.store)
+        objs = {gw: GatewayRouting(revision=rev, by="migration", canary=s.canary,
+                                   canary_vpcs=s.canary_vpcs, bandwidth_mbps=s.bandwidth_mbps,
+                                   graceful_shutdown=s.graceful_shutdown, withdraw=s.withdraw)
+                for gw, s in move.states.items()}
+        self.store.put_many({routing.key(gw): o.to_bytes() for gw, o in objs.items()})
+        return dict.fromkeys(objs, rev)
+
+    def _wait_applied(self, wanted: dict[str, int], what: str) -> None:
+        """Until every agent reports FRR holds its revision (or apply_timeout_s)."""
+        start = said = self.clock()
+        while True:
+            pending = _pending(wanted, self.statuses())
+            if not pending:
+                return
+            now = self.clock()
+            if now - said >= self.log_every_s:
+                said = now
+                self.log(f"{what}: waiting {now - start:.0f} s for "
+                         + "; ".join(f"{gw} ({why})" for gw, why in sorted(pending.items())))
+            if self.apply_timeout_s is not None and now - start > self.apply_timeout_s:
+                raise DriverError(f"{what}: not applied after {now - start:.0f} s by "
+                                  + "; ".join(f"{gw} ({why})" for gw, why in
+                                              sorted(pending.items())))
+            self.beat()
+            self.sleep(self.poll_s)
+
+    # ---- convergence --------------------------------------------------------------------------
+
+    def _counts(self, plan: Plan) -> tuple[int, int] | None:
+        """(packets forwarded by the target side, by the source side) so far, or None when a
+        counter cannot be read."""
+        agents = legacy = 0
+        statuses = self.statuses()
+        try:
+            for gw in self.agents:
+                agents += self.sample(gw, statuses.get(gw, {})).forwarded
+            for gw in self.legacy_gateways:
+                legacy += int(self.legacy.forwarded_packets(gw))
+        except Exception as exc:  # a scrape or an adapter's command: the share waits
+            self.log(f"share: {exc}")
+            return None
+        return (agents, legacy) if plan.target == AGENT_KIND else (legacy, agents)
+
+    def _wait_share(self, plan: Plan, weight: int) -> tuple[float | None, bool]:
+        """Until the target's share (percent) of the packets forwarded over the last
+        window_s is within the tolerance of `weight`: (the last share read, reached)."""
+        start = self.clock()
+        window: deque[tuple[float, int, int]] = deque()
+        share: float | None = None
+        while True:
+            now = self.clock()
+            c = self._counts(plan)
+            if c is not None:
+                window.append((now, *c))
+                while len(window) > 2 and now - window[1][0] >= self.share_window_s:
+                    window.popleft()
+                t0, new0, old0 = window[0]
+                new, old = c[0] - new0, c[1] - old0
+                if now - t0 >= self.share_window_s * 0.999 and \
+                        new + old >= self.share_min_packets:
+                    share = 100.0 * new / (new + old)
+                    if abs(share - weight) <= self.share_tolerance:
+                        return share, True
+            if now - start >= self.share_timeout_s:
+                self.log(f"step {weight}%: the new gateways' share of forwarded packets "
+                         + (f"read {share:.1f}%" if share is not None else "could not be read "
+                            "(too little traffic)")
+                         + f" after {self.share_timeout_s:g} s (tolerance "
+                         f"{self.share_tolerance:g} points); going on")
+                return share, False
+            self.beat()
+            self.sleep(self.poll_s)
+
+    # ---- guards -------------------------------------------------------------------------------
+
+    def probe_canary(self, plan: Plan) -> dict[str, float]:
+        """The canary probes' verdicts against the production probes' latency."""
+        canary = self.probes.read("canary")
+        prod = self.probes.read("production")
+        if prod is not None and prod.reads:
+            self.baseline_p99_ms = max(prod.p99_ms, LATENCY_FLOOR_MS)
+        base = self.baseline_p99_ms or LATENCY_FLOOR_MS
+        if canary is None:
+            # no canary probe reports: the canary cannot pass
+            return {"canary_errors": 1.0, "canary_latency_factor": 0.0} if plan.canary else {}
+        return {"canary_errors": float(canary.errors),
+                "canary_latency_factor": round(canary.p99_ms / base, 3)}
+
+    def observe(self, plan: Plan) -> dict[str, float]:
+        """Guard readings (plan.GUARD_DOCS)."""
+        out: dict[str, float] = {}
+        prod = self.probes.read("production")
+        if prod is not None:
+            if self.baseline_p99_ms is None and prod.reads:
+                self.baseline_p99_ms = max(prod.p99_ms, LATENCY_FLOOR_MS)
+            out["errors"] = float(prod.errors)
+            out["small_p99_factor"] = round(prod.p99_ms / (self.baseline_p99_ms
+                                                           or LATENCY_FLOOR_MS), 3)
+        statuses = self.statuses()
+        now = self.wall()
+        drops = down = unhealthy = 0
+        targets = set(self._target_agents(plan))
+        for gw in self._live_agents(plan):
+            st = statuses.get(gw, {})
+            why = _status_problems(st, now) if st else ["no status"]
+            try:
+                s = self.sample(gw, st)
+                self._slow.discard(gw)
+            except ScrapeError as exc:
+                if exc.slow and gw not in self._slow:
+                    self._slow.add(gw)  # one slow reading is the box, two are the agent
+                    self.log(f"agent of {gw}: {exc} (counts if slow again next reading)")
+                else:
+                    why.append(str(exc))
+                s = None
+            if why:
+                unhealthy += 1
+                self.log(f"agent of {gw}: {'; '.join(why)}")
+            if s is None:
+                continue
+            down += sum(not up for up in s.bgp.values()) + sum(not up for up in s.bfd.values())
+            if gw in targets:
+                total = sum(s.drops.values())
+                drops += max(0, total - self._drops0.get(gw, total))
+                self._drops0[gw] = total
+        out.update({"drops": float(drops), "sessions_down": float(down),
+                    "agents_unhealthy": float(unhealthy)})
+        return out
+
+    def source_packets(self, plan: Plan) -> int:
+        """Packets the source side has forwarded so far."""
+        c = None
+        for _ in range(3):
+            c = self._counts(plan)
+            if c is not None:
+                return c[1]
+            self.sleep(self.poll_s)
+        raise DriverError("cannot read the source gateways' forwarded-packet counters")
+
+
+def _status_problems(st: dict[str, Any], now: float) -> list[str]:
+    """What is wrong with an agent, from its status: health, staleness."""
+    out = []
+    if st.get("health") != "ok":
+        out.append(f"agent reports health {st.get('health')!r}"
+                   + (f": {st['message']}" if st.get("message") else ""))
+    try:
+        age = now - float(st.get("updated", 0))
+    except (TypeError, ValueError):
+        age = float("inf")
+    if age > STATUS_STALE_S:
+        out.append(f"last status {age:.0f} s ago (agent down?)")
+    return out
+
+
+def _pending(wanted: dict[str, int], statuses: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Gateways whose agent has not reported applying its revision: gateway -> why."""
+    out = {}
+    for gw, rev in wanted.items():
+        r = (statuses.get(gw) or {}).get("routing") or {}
+        got = r.get("state_revision")
+        if isinstance(got, int) and got >= rev:
+            continue
+        if r.get("mode") == "error":
+            out[gw] = f"FRR refused it: {r.get('message', '')}"[:300]
+        elif r.get("state_error"):
+            out[gw] = f"routing object rejected: {r['state_error']}"
+        else:
+            out[gw] = f"applied revision {got}, wants {rev}"
+    return out

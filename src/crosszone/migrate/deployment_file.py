@@ -1,0 +1,131 @@
+"""A real deployment for `crosszone migrate`, described by a file (`--deployment FILE`).
+
+```yaml
+store: etcd://10.0.0.5:2379        # optional: else --store, CROSSZONE_STORE, the default
+legacy:
+  gateways: [lgw1, lgw2]           # the legacy gateways the migration moves traffic from/to
+  adapter: {...}                   # how to act on them: migrate/legacy_adapter.py's config
+agents:                            # optional
+  gateways: [xgw1, xgw2]           # default: every gateway of the stored intent
+  metrics: {xgw1: "10.0.1.11:9470"} # default: the address each agent reports in its status
+convergence:                       # optional (agent_driver's defaults)
+  share_tolerance: 5               # percentage points
+  window_s: 1
+  timeout_s: 30
+  apply_timeout_s: null            # null: a move waits for every agent however long
+```
+
+The crosszone gateways are driven through their agents (agent_driver.AgentDriver); the legacy
+ones through the adapter the file names. A file that cannot be used is a DeploymentError
+naming the key and why, before anything is touched.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from crosszone.migrate import engine as eng
+from crosszone.migrate.agent_driver import (
+    AgentDriver,
+    DriverError,
+    LegacySide,
+    Probes,
+    agent_gateways,
+)
+from crosszone.migrate.commands import Deployment
+from crosszone.migrate.probe_verdicts import StoreProbes
+from crosszone.store.store import Store
+
+KNOWN = {"store", "legacy", "agents", "convergence"}
+CONVERGENCE = {"share_tolerance": "share_tolerance", "window_s": "share_window_s",
+               "timeout_s": "share_timeout_s", "apply_timeout_s": "apply_timeout_s",
+               "min_packets": "share_min_packets"}
+
+
+class DeploymentError(ValueError):
+    """A deployment file that cannot be used (the message names the file and the key)."""
+
+
+def _names(where: str, value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(x, str) and x for x in value):
+        raise DeploymentError(f"{where}: a list of gateway names")
+    return list(value)
+
+
+def make_adapter(config: Any) -> LegacySide:
+    """The legacy adapter a file's `legacy.adapter` describes (migrate/legacy_adapter.py)."""
+    try:
+        mod = importlib.import_module("crosszone.migrate.legacy_adapter")
+    except ImportError as exc:
+        raise DeploymentError(f"legacy.adapter: no legacy adapter module ({exc})") from None
+    build = getattr(mod, "from_config", None)
+    if build is None:
+        raise DeploymentError("legacy.adapter: the legacy adapter module has no from_config")
+    try:
+        adapter: LegacySide = build(config)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise DeploymentError(f"legacy.adapter: {exc}") from None
+    return adapter
+
+
+def parse(doc: Any, where: str = "deployment",
+          adapter: Callable[[Any], LegacySide] = make_adapter) -> Deployment:
+    """A Deployment from a parsed file."""
+    if not isinstance(doc, dict):
+        raise DeploymentError(f"{where}: a mapping (store, legacy, agents, convergence)")
+    unknown = sorted(set(doc) - KNOWN)
+    if unknown:
+        raise DeploymentError(f"{where}: unknown keys {', '.join(map(str, unknown))} "
+                              f"(known: {', '.join(sorted(KNOWN))})")
+    legacy = doc.get("legacy")
+    if not isinstance(legacy, dict) or "gateways" not in legacy:
+        raise DeploymentError(f"{where}: legacy: a mapping with gateways and adapter")
+    legacy_names = _names(f"{where}: legacy.gateways", legacy["gateways"])
+    side = adapter(legacy.get("adapter"))
+    agents = doc.get("agents") or {}
+    if not isinstance(agents, dict):
+        raise DeploymentError(f"{where}: agents: a mapping (gateways, metrics)")
+    agent_names = _names(f"{where}: agents.gateways", agents["gateways"]) \
+        if "gateways" in agents else []
+    metrics = agents.get("metrics") or {}
+    if not isinstance(metrics, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metrics.items()):
+        raise DeploymentError(f"{where}: agents.metrics: gateway name -> host:port")
+    conv = doc.get("convergence") or {}
+    if not isinstance(conv, dict) or set(conv) - set(CONVERGENCE):
+        raise DeploymentError(f"{where}: convergence: a mapping of "
+                              f"{', '.join(CONVERGENCE)}")
+    tuning: dict[str, Any] = {}
+    for k, v in conv.items():
+        if v is None and k == "apply_timeout_s":
+            tuning[CONVERGENCE[k]] = None
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+            raise DeploymentError(f"{where}: convergence.{k}: a number >= 0")
+        tuning[CONVERGENCE[k]] = int(v) if k == "min_packets" else float(v)
+    store_url = doc.get("store")
+    if store_url is not None and not isinstance(store_url, str):
+        raise DeploymentError(f"{where}: store: a store URL")
+
+    def make_driver(store: Store, log: Callable[[str], None]) -> eng.Driver:
+        probes: Probes = StoreProbes(store)
+        return AgentDriver(store, side, legacy_names, agent_names or agent_gateways(store),
+                           probes, metrics=dict(metrics), log=log, **tuning)
+
+    return Deployment(store_url, make_driver, errors=(DriverError,), gateways=agent_names)
+
+
+def load(path: Path) -> Deployment:
+    """A Deployment from a file."""
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise DeploymentError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise DeploymentError(f"{path}: not YAML: {exc}") from None
+    return parse(doc, str(path))

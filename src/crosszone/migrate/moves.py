@@ -1,0 +1,118 @@
+"""What each migration move asks of every gateway: pure, no I/O.
+
+A migration moves traffic between the crosszone gateways (driven through their agents, by a
+routing object each in the store: `store/routing.py`) and the legacy gateways (driven through
+an adapter: set weight, drain, withdraw, restore). `plan_move` says, for a move to a weight,
+what the legacy side does before the agents change, the routing state of every crosszone
+gateway, and what the legacy side does after, in the order that keeps every prefix on at least
+one path with a consistent weighting:
+
+- the side that loses traffic changes its weight before the side that gains announces, so the
+  routers never see a mix of paths with and without link bandwidth (FRR falls back to plain
+  ECMP over all of them for as long as one lacks it);
+- at 100 % the source is drained with graceful shutdown (RFC 8326) after the target carries
+  its full weight: the routers keep the source's paths as backup;
+- at 0 % the source is restored (no weight, announced) before the target withdraws.
+
+Weights are link bandwidth: 200 Mbps per percent, split over a side's gateways (the value is
+relative, the routers weigh each path by its share of the total).
+
+The canary (`canary_on`) needs a side that can announce only the canary VPC: the agents can
+(`canary: only`), a legacy adapter cannot (its actions apply to all of a gateway's routes). So
+the canary takes effect only when crosszone is the target; the other way round it is a no-op
+and the first step is the first proof (docs/migrate.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: Link bandwidth per percent of traffic (Mbps), split over a side's gateways.
+BW_PER_PERCENT = 200
+MAX_BANDWIDTH = 25600
+
+
+def link_bandwidth(percent: float, gateways: int) -> int:
+    """The link-bandwidth value (Mbps) each of `gateways` gateways announces to carry
+    `percent` of the traffic between both sides."""
+    return max(1, min(MAX_BANDWIDTH, round(percent * BW_PER_PERCENT / max(1, gateways))))
+
+
+@dataclass(frozen=True)
+class LegacyAction:
+    """One adapter call: verb (set_weight, drain, withdraw, restore), gateway, value."""
+
+    verb: str
+    gateway: str
+    value: int | None = None
+
+
+@dataclass(frozen=True)
+class AgentState:
+    """A crosszone gateway's routing for a move (store/routing.GatewayRouting without its
+    revision)."""
+
+    canary: str = "on"
+    canary_vpcs: tuple[str, ...] = ()
+    bandwidth_mbps: int | None = None
+    graceful_shutdown: bool = False
+    withdraw: bool = False
+
+
+@dataclass(frozen=True)
+class Move:
+    """A move: legacy actions first, then every crosszone gateway's state, then legacy."""
+
+    before: tuple[LegacyAction, ...] = ()
+    states: dict[str, AgentState] = field(default_factory=dict)
+    after: tuple[LegacyAction, ...] = ()
+
+
+@dataclass(frozen=True)
+class Sides:
+    """Who is who in a migration: the crosszone gateways (agents), the legacy gateways
+    (adapter), and whether crosszone is the target."""
+
+    agents: tuple[str, ...]
+    legacy: tuple[str, ...]
+    agents_are_target: bool
+    canary_vpcs: tuple[str, ...] = ()
+
+
+def plan_move(sides: Sides, weight_new: int, canary_on: bool) -> Move:
+    """The actions that put `weight_new` percent of the traffic on the target side."""
+    a, lg = sides.agents, sides.legacy
+    canary = sides.canary_vpcs if canary_on and sides.agents_are_target else ()
+
+    def agents(**kw: object) -> dict[str, AgentState]:
+        return {g: AgentState(canary_vpcs=canary, **kw) for g in a}  # type: ignore[arg-type]
+
+    def legacy(verb: str, value: int | None = None) -> tuple[LegacyAction, ...]:
+        return tuple(LegacyAction(verb, g, value) for g in lg)
+
+    if sides.agents_are_target:
+        if weight_new <= 0:
+            idle = agents(canary="only") if canary else agents(withdraw=True)
+            return Move(before=legacy("restore"), states=idle)
+        if weight_new < 100:
+            return Move(before=legacy("set_weight", link_bandwidth(100 - weight_new, len(lg))),
+                        states=agents(bandwidth_mbps=link_bandwidth(weight_new, len(a))))
+        return Move(states=agents(bandwidth_mbps=link_bandwidth(100, len(a))),
+                    after=legacy("drain"))
+    # crosszone is the source, legacy the target
+    if weight_new <= 0:
+        return Move(states=agents(), after=legacy("withdraw"))
+    if weight_new < 100:
+        return Move(states=agents(bandwidth_mbps=link_bandwidth(100 - weight_new, len(a))),
+                    after=legacy("set_weight", link_bandwidth(weight_new, len(lg))))
+    return Move(before=legacy("set_weight", link_bandwidth(100, len(lg))),
+                states=agents(graceful_shutdown=True))
+
+
+def plan_retire(sides: Sides) -> Move:
+    """After a finished drain: the source withdrawn, the target without weights."""
+    if sides.agents_are_target:
+        return Move(before=tuple(LegacyAction("withdraw", g) for g in sides.legacy),
+                    states={g: AgentState() for g in sides.agents})
+    return Move(states={g: AgentState(withdraw=True) for g in sides.agents},
+                after=tuple(LegacyAction("restore", g) for g in sides.legacy))

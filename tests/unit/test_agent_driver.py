@@ -10,10 +10,12 @@ make plain ECMP). Every sleep of the driver or the engine advances the clock and
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
+from crosszone.intent.cluster import load_cluster
 from crosszone.migrate import engine as eng
 from crosszone.migrate.agent_driver import (
     AgentDriver,
@@ -26,16 +28,23 @@ from crosszone.migrate.agent_driver import (
 from crosszone.migrate.moves import (
     AgentState,
     LegacyAction,
+    Move,
     Sides,
     link_bandwidth,
+    plan_canary,
     plan_move,
     plan_retire,
 )
 from crosszone.migrate.plan import Plan
 from crosszone.store import routing
+from crosszone.store.objects import split_cluster
 from crosszone.store.routing import GatewayRouting, RoutingObjectError
 from crosszone.store.sqlite_store import SqliteStore
-from crosszone.store.store import STATUS
+from crosszone.store.store import INTENT, STATUS
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = load_cluster(ROOT / "examples" / "cluster.yaml")
+CANARY = "tenant-b"
 
 AGENTS = ["xgw1", "xgw2"]
 LEGACY = ["lgw1", "lgw2"]
@@ -58,6 +67,8 @@ class World:
         self.drops: dict[str, int] = dict.fromkeys(AGENTS, 0)
         self.slow: set[str] = set()
         self.ecmp_only = False
+        self.canary_withdrawn: dict[str, tuple[str, ...]] = {}
+        store.put_many({INTENT + k: v for k, v in split_cluster(CLUSTER).items()})
         standby(store, AGENTS)  # the new gateways wait beside the legacy ones
         self.report_all()
 
@@ -145,12 +156,18 @@ class FakeLegacy:
         self.w.calls.append(("drain", gateway, None))
         self.w.legacy[gateway]["drain"] = True
 
-    def withdraw(self, gateway: str) -> None:
+    def withdraw(self, gateway: str, prefixes: Sequence[str] = ()) -> None:
         self.w.calls.append(("withdraw", gateway, None))
+        if prefixes:  # the canary's: production traffic (the model's) is not affected
+            self.w.canary_withdrawn[gateway] = tuple(prefixes)
+            return
         self.w.legacy[gateway]["withdrawn"] = True
 
-    def restore(self, gateway: str) -> None:
+    def restore(self, gateway: str, prefixes: Sequence[str] = ()) -> None:
         self.w.calls.append(("restore", gateway, None))
+        self.w.canary_withdrawn.pop(gateway, None)
+        if prefixes:
+            return
         self.w.legacy[gateway].update(bw=None, drain=False, withdrawn=False)
 
     def forwarded_packets(self, gateway: str) -> int:
@@ -176,7 +193,7 @@ def _driver(world: World, **kw: object) -> AgentDriver:
                        sleep=world.sleep, **kw)  # type: ignore[arg-type]
 
 
-PLAN = Plan(canary="c", steps=(10, 50, 100), dwell_s=2.0, canary_dwell_s=2.0)
+PLAN = Plan(canary=CANARY, steps=(10, 50, 100), dwell_s=2.0, canary_dwell_s=2.0)
 
 
 # ---- the routing object ---------------------------------------------------------------------
@@ -202,7 +219,8 @@ def test_next_revision_grows_over_every_gateway(tmp_path: Path) -> None:
 
 # ---- what each move asks (pure) -------------------------------------------------------------
 
-SIDES = Sides(tuple(AGENTS), tuple(LEGACY), agents_are_target=True, canary_vpcs=("c",))
+SIDES = Sides(tuple(AGENTS), tuple(LEGACY), agents_are_target=True, canary_vpcs=("c",),
+              canary_prefixes=("100.66.0.0/16",))
 
 
 def test_a_step_weighs_the_legacy_side_before_the_new_side_announces() -> None:
@@ -222,16 +240,18 @@ def test_full_weight_drains_the_legacy_side_after_the_new_side_carries_it() -> N
 def test_zero_restores_legacy_first_and_keeps_only_the_canary() -> None:
     m = plan_move(SIDES, 0, canary_on=True)
     assert {a.verb for a in m.before} == {"restore"}
-    assert all(s.canary == "only" and not s.withdraw for s in m.states.values())
+    assert all(s.canary == "only" and not s.withdraw and s.bandwidth_mbps
+               for s in m.states.values())  # weighted: `skip-missing` routers go to it alone
     assert all(s.withdraw for s in plan_move(SIDES, 0, canary_on=False).states.values())
 
 
 def test_the_way_back_weighs_the_agents_first_and_drains_them_at_the_end() -> None:
-    back = Sides(tuple(AGENTS), tuple(LEGACY), agents_are_target=False, canary_vpcs=("c",))
+    back = Sides(tuple(AGENTS), tuple(LEGACY), agents_are_target=False, canary_vpcs=("c",),
+                 canary_prefixes=("100.66.0.0/16",))
     m = plan_move(back, 25, canary_on=True)
     assert m.before == () and {a.verb for a in m.after} == {"set_weight"}
-    assert all(s.bandwidth_mbps == link_bandwidth(75, 2) and s.canary == "on"
-               and s.canary_vpcs == () for s in m.states.values())
+    assert all(s.bandwidth_mbps == link_bandwidth(75, 2) and s.canary == "off"
+               for s in m.states.values())  # the canary VPC stays with the legacy side
     m = plan_move(back, 100, canary_on=False)
     assert {a.verb for a in m.before} == {"set_weight"}
     assert all(s.graceful_shutdown for s in m.states.values())
@@ -241,6 +261,22 @@ def test_the_way_back_weighs_the_agents_first_and_drains_them_at_the_end() -> No
     r = plan_retire(SIDES)
     assert {a.verb for a in r.before} == {"withdraw"}
     assert all(s == AgentState() for s in r.states.values())
+
+
+def test_the_canary_moves_to_the_target_before_the_source_lets_it_go() -> None:
+    on = plan_canary(SIDES, 0, on=True)
+    assert all(s.canary == "only" for s in on.states.values()) and on.before == ()
+    assert on.after == tuple(LegacyAction("withdraw", g, prefixes=("100.66.0.0/16",))
+                             for g in LEGACY)
+    off = plan_canary(SIDES, 0, on=False)
+    assert {a.verb for a in off.before} == {"restore"} and off.after == ()
+    assert all(s.withdraw for s in off.states.values())
+    back = Sides(tuple(AGENTS), tuple(LEGACY), agents_are_target=False, canary_vpcs=("c",),
+                 canary_prefixes=("100.66.0.0/16",))
+    on = plan_canary(back, 0, on=True)
+    assert {(a.verb, a.prefixes) for a in on.before} == {("restore", ("100.66.0.0/16",))}
+    assert all(s.canary == "off" and not s.withdraw for s in on.states.values())
+    assert plan_canary(Sides((), (), True), 0, True) == Move()  # no canary: nothing
 
 
 # ---- metrics --------------------------------------------------------------------------------
@@ -273,7 +309,9 @@ def test_a_step_waits_for_every_agent_then_for_the_traffic_share(world: World) -
     objs = routing.read_all(world.store)
     assert {o.bandwidth_mbps for o in objs.values()} == {link_bandwidth(10, 2)}
     # the legacy side took its weight before the objects were written
-    assert world.calls[:2] == [("set_weight", g, link_bandwidth(90, 2)) for g in LEGACY]
+    assert world.calls[:2] == [("withdraw", g, None) for g in LEGACY]  # the canary's
+    assert world.canary_withdrawn == dict.fromkeys(LEGACY, tuple(drv.canary_prefixes(PLAN)))
+    assert world.calls[2:4] == [("set_weight", g, link_bandwidth(90, 2)) for g in LEGACY]
     drv.set_weight(PLAN, 100)
     assert drv.last_move["share_reached"] and drv.last_move["share"] >= 95
     assert [c[0] for c in world.calls[-2:]] == ["drain", "drain"]
@@ -383,7 +421,7 @@ def test_a_whole_migration_and_back_through_the_agents(world: World) -> None:
                for o in routing.read_all(world.store).values())
     assert world.shares() == {"xgw1": 0.5, "xgw2": 0.5}
     # and back: crosszone -> legacy (no canary on the legacy side)
-    back = Plan(source="crosszone", target="legacy", canary="c", steps=(50, 100),
+    back = Plan(source="crosszone", target="legacy", canary=CANARY, steps=(50, 100),
                 dwell_s=2.0, canary_dwell_s=2.0)
     drv2 = _driver(world)
     e2 = _engine(world, drv2)

@@ -22,8 +22,7 @@ from crosszone.migrate.deployment_file import DeploymentError
 from crosszone.migrate.probe_verdicts import StoreProbes
 from crosszone.store import routing
 from crosszone.store.sqlite_store import SqliteStore
-from crosszone.store.store import INTENT
-from unit.test_agent_driver import AGENTS, LEGACY, FakeLegacy, FakeProbes, World
+from unit.test_agent_driver import AGENTS, CANARY, LEGACY, FakeLegacy, FakeProbes, World
 
 
 def _app() -> typer.Typer:
@@ -39,10 +38,7 @@ def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv(commands.DEPLOYMENT_ENV, raising=False)
     monkeypatch.setattr(commands, "_PROVIDERS", [])
     db = tmp_path / "m.db"
-    world = World(SqliteStore(str(db)))
-    # the intent names the crosszone gateways (standby's default)
-    world.store.put(INTENT + "core", json.dumps({"gateways": [{"name": g} for g in AGENTS]})
-                    .encode())
+    world = World(SqliteStore(str(db)))  # with the example intent (standby's gateways)
 
     def provider() -> commands.Deployment:
         def make(store, log):  # type: ignore[no-untyped-def]
@@ -74,7 +70,7 @@ def test_standby_then_a_migration_to_shifted_then_finish(cli) -> None:
     res = runner.invoke(app, ["migrate", "standby", "--store", f"sqlite://{db}"])
     assert res.exit_code == 0, res.output
     assert all(o.withdraw for o in routing.read_all(world.store).values())
-    res = runner.invoke(app, ["migrate", "start", "--canary", "c", "--steps", "50,100",
+    res = runner.invoke(app, ["migrate", "start", "--canary", CANARY, "--steps", "50,100",
                               "--dwell", "0s", "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout.strip().splitlines()[-1])

@@ -40,18 +40,29 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from crosszone.agent.frr_config import facing_prefixes, with_halves
+from crosszone.intent.errors import InvalidIntentError
+from crosszone.intent.schema import Cluster
 from crosszone.migrate import engine as eng
-from crosszone.migrate.moves import LegacyAction, Move, Sides, plan_move, plan_retire
+from crosszone.migrate.moves import (
+    LegacyAction,
+    Move,
+    Sides,
+    plan_canary,
+    plan_move,
+    plan_retire,
+)
 from crosszone.migrate.plan import Plan
 from crosszone.store import routing
+from crosszone.store.objects import CORE, join_objects
 from crosszone.store.routing import GatewayRouting
-from crosszone.store.store import STATUS, Store
+from crosszone.store.store import INTENT, STATUS, Store
 
 #: Percentage points by which the new side's share of forwarded packets may differ from the
 #: step's weight and count as reached.
@@ -88,12 +99,14 @@ class LegacySide(Protocol):
         """Announce with the graceful-shutdown community: routers keep it as backup only."""
         ...
 
-    def withdraw(self, gateway: str) -> None:
-        """Announce nothing (sessions stay up)."""
+    def withdraw(self, gateway: str, prefixes: Sequence[str] = ()) -> None:
+        """Stop announcing `prefixes` (the canary's), or everything when none are given
+        (sessions stay up)."""
         ...
 
-    def restore(self, gateway: str) -> None:
-        """Announce as before the migration: no weight, no graceful shutdown."""
+    def restore(self, gateway: str, prefixes: Sequence[str] = ()) -> None:
+        """Announce `prefixes` again, or, when none are given, as before the migration:
+        everything, no weight, no graceful shutdown."""
         ...
 
     def forwarded_packets(self, gateway: str) -> int:
@@ -177,11 +190,20 @@ def http_scrape(address: str, timeout: float = METRICS_TIMEOUT_S) -> str:
         raise ScrapeError(f"metrics endpoint {address}: {exc}") from None
 
 
+def _intent(store: Store) -> Cluster | None:
+    """The stored intent's core (VPCs, gateways), or None when there is none or it is not
+    valid."""
+    raw = store.get(INTENT + CORE)
+    if raw is None:
+        return None
+    try:
+        return join_objects({CORE: raw})
+    except InvalidIntentError:
+        return None
+
+
 def agent_gateways(store: Store) -> list[str]:
     """The crosszone gateways of the stored intent (the agents a migration drives)."""
-    from crosszone.store.objects import CORE
-    from crosszone.store.store import INTENT
-
     raw = store.get(INTENT + CORE)
     if raw is None:
         return []
@@ -237,6 +259,7 @@ class AgentDriver:
     _retired: bool = False
     _drops0: dict[str, int] = field(default_factory=dict)
     _slow: set[str] = field(default_factory=set)
+    _canary_cache: dict[str, list[str]] = field(default_factory=dict)
 
     # ---- who is who ---------------------------------------------------------------------------
 
@@ -248,7 +271,22 @@ class AgentDriver:
                               f"gateway, not {plan.source} -> {plan.target}")
         return Sides(tuple(self.agents), tuple(self.legacy_gateways),
                      agents_are_target=plan.target == AGENT_KIND,
-                     canary_vpcs=(plan.canary,) if plan.canary else ())
+                     canary_vpcs=(plan.canary,) if plan.canary else (),
+                     canary_prefixes=tuple(self.canary_prefixes(plan)))
+
+    def canary_prefixes(self, plan: Plan) -> list[str]:
+        """The canary VPC's storage-facing prefixes as the gateways announce them (each IPv6
+        one with its halves), from the stored intent; [] without a canary or a readable
+        intent."""
+        if not plan.canary:
+            return []
+        if plan.canary not in self._canary_cache:
+            cluster = _intent(self.store)
+            vpc = next((v for v in cluster.vpcs if v.name == plan.canary), None) \
+                if cluster is not None else None
+            self._canary_cache[plan.canary] = [] if vpc is None else [
+                str(n) for n in with_halves(facing_prefixes(vpc))]
+        return self._canary_cache[plan.canary]
 
     def _target_agents(self, plan: Plan) -> list[str]:
         return list(self.agents) if plan.target == AGENT_KIND else []
@@ -336,11 +374,11 @@ class AgentDriver:
                 self.legacy.forwarded_packets(gw)
             except Exception as exc:  # an adapter's command may fail any way
                 problems.append(f"{gw}: the legacy adapter cannot read its counter: {exc}")
-        if plan.canary and sides.agents_are_target:
-            for gw in sides.agents:
-                st = statuses.get(gw) or {}
-                if plan.canary not in (st.get("routing") or {}).get("vpcs", [plan.canary]):
-                    problems.append(f"{gw}: no VPC {plan.canary!r} for the canary")
+        if plan.canary and not sides.canary_prefixes:
+            problems.append(f"no VPC {plan.canary!r} in the stored intent for the canary")
+        fits = getattr(self.legacy, "plan_problems", None)
+        if fits is not None:  # an adapter that cannot take every weight says which
+            problems += list(fits(plan.steps))
         return problems
 
     # ---- moves --------------------------------------------------------------------------------
@@ -348,16 +386,11 @@ class AgentDriver:
     def set_canary(self, plan: Plan, on: bool) -> None:
         """The canary VPC on the target crosszone gateways alone (on), or back (off)."""
         sides = self.sides(plan)
-        if not sides.canary_vpcs or not sides.agents_are_target:
-            if on and sides.canary_vpcs:
-                self.log("canary: the legacy side cannot announce one VPC alone; the first "
-                         "step is the first proof of the new gateways")
-            self._canary_on = False
+        self._canary_on = on and bool(sides.canary_vpcs)
+        if not sides.canary_vpcs:
             return
-        self._canary_on = on
-        # the agents' states alone: the canary changes nothing on the legacy side
-        move = plan_move(sides, self._weight_now(), on)
-        self._perform(Move(states=move.states), "canary " + ("on" if on else "off"))
+        self._perform(plan_canary(sides, self._weight_now(), on),
+                      "canary " + ("on" if on else "off"))
 
     def set_weight(self, plan: Plan, weight_new: int) -> float:
         """Move to `weight_new` percent on the target; ms until every agent applied it and
@@ -401,8 +434,14 @@ class AgentDriver:
                 if a.verb == "set_weight":
                     assert a.value is not None
                     self.legacy.set_weight(a.gateway, a.value)
+                elif a.verb == "drain":
+                    self.legacy.drain(a.gateway)
+                elif a.verb == "withdraw":
+                    self.legacy.withdraw(a.gateway, a.prefixes)
+                elif a.verb == "restore":
+                    self.legacy.restore(a.gateway, a.prefixes)
                 else:
-                    getattr(self.legacy, a.verb)(a.gateway)
+                    raise DriverError(f"unknown legacy action {a.verb}")
             except DriverError:
                 raise
             except Exception as exc:  # an operator's command may fail any way

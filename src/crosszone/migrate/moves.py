@@ -17,15 +17,15 @@ one path with a consistent weighting:
 Weights are link bandwidth: 200 Mbps per percent, split over a side's gateways (the value is
 relative, the routers weigh each path by its share of the total).
 
-The canary (`canary_on`) needs a side that can announce only the canary VPC: the agents can
-(`canary: only`), a legacy adapter cannot (its actions apply to all of a gateway's routes). So
-the canary takes effect only when crosszone is the target; the other way round it is a no-op
-and the first step is the first proof (docs/migrate.md).
+The canary moves the canary VPC's storage-facing prefixes to the target side alone: the target
+announces them first (the agents' `canary: only`, or the adapter's `restore(gateway,
+prefixes)`), then the source stops (`canary: off`, or `withdraw(gateway, prefixes)`). While the
+canary is on, the steps move every other prefix; the canary's stay with the target.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 #: Link bandwidth per percent of traffic (Mbps), split over a side's gateways.
 BW_PER_PERCENT = 200
@@ -45,6 +45,8 @@ class LegacyAction:
     verb: str
     gateway: str
     value: int | None = None
+    #: withdraw/restore only these prefixes (the canary's); empty: the whole gateway
+    prefixes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -77,14 +79,19 @@ class Sides:
     legacy: tuple[str, ...]
     agents_are_target: bool
     canary_vpcs: tuple[str, ...] = ()
+    #: the canary VPCs' storage-facing prefixes (what the legacy side withdraws and restores)
+    canary_prefixes: tuple[str, ...] = ()
 
 
 def plan_move(sides: Sides, weight_new: int, canary_on: bool) -> Move:
-    """The actions that put `weight_new` percent of the traffic on the target side."""
+    """The actions that put `weight_new` percent of the traffic on the target side (the
+    canary's prefixes staying with the target while `canary_on`)."""
     a, lg = sides.agents, sides.legacy
-    canary = sides.canary_vpcs if canary_on and sides.agents_are_target else ()
+    canary = sides.canary_vpcs if canary_on else ()
 
     def agents(**kw: object) -> dict[str, AgentState]:
+        if not sides.agents_are_target and canary and weight_new > 0:
+            kw.setdefault("canary", "off")  # the canary VPC stays with the legacy target
         return {g: AgentState(canary_vpcs=canary, **kw) for g in a}  # type: ignore[arg-type]
 
     def legacy(verb: str, value: int | None = None) -> tuple[LegacyAction, ...]:
@@ -92,7 +99,11 @@ def plan_move(sides: Sides, weight_new: int, canary_on: bool) -> Move:
 
     if sides.agents_are_target:
         if weight_new <= 0:
-            idle = agents(canary="only") if canary else agents(withdraw=True)
+            # the canary alone carries a weight: routers that skip paths without link
+            # bandwidth (`bgp bestpath bandwidth skip-missing`) then send the canary's replies
+            # to the new gateways only, the legacy gateways still announcing it unweighted
+            idle = agents(canary="only", bandwidth_mbps=link_bandwidth(100, len(a))) \
+                if canary else agents(withdraw=True)
             return Move(before=legacy("restore"), states=idle)
         if weight_new < 100:
             return Move(before=legacy("set_weight", link_bandwidth(100 - weight_new, len(lg))),
@@ -107,6 +118,30 @@ def plan_move(sides: Sides, weight_new: int, canary_on: bool) -> Move:
                     after=legacy("set_weight", link_bandwidth(weight_new, len(lg))))
     return Move(before=legacy("set_weight", link_bandwidth(100, len(lg))),
                 states=agents(graceful_shutdown=True))
+
+
+def plan_canary(sides: Sides, weight_new: int, on: bool) -> Move:
+    """The canary on (the target announces the canary's prefixes, then the source stops) or
+    off (the source announces them again, then the target follows the weights), at the
+    weight the network is at."""
+    if not sides.canary_vpcs:
+        return Move()
+    states = plan_move(sides, weight_new, on).states
+    some = tuple(sides.canary_prefixes)
+
+    def legacy(verb: str) -> tuple[LegacyAction, ...]:
+        return tuple(LegacyAction(verb, g, prefixes=some) for g in sides.legacy) if some \
+            else ()
+
+    if sides.agents_are_target:
+        return Move(states=states, after=legacy("withdraw")) if on else \
+            Move(before=legacy("restore"), states=states)
+    if on:  # the canary VPC goes to the legacy target alone, at any weight
+        return Move(before=legacy("restore"),
+                    states={g: replace(st, canary="off") for g, st in states.items()})
+    # off on the way back happens after a rollback to 0 %: the legacy side is withdrawn
+    # already but for the canary, which goes back to the crosszone gateways first
+    return Move(states=states, after=legacy("withdraw") if weight_new <= 0 else ())
 
 
 def plan_retire(sides: Sides) -> Move:

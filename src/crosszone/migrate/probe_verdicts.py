@@ -8,8 +8,11 @@ one document under `probe/<name>`:
 
 `reads` and `errors` only grow (a restarted probe starts again from 0), so a reader takes the
 difference since its previous reading and misses nothing between two guard ticks. A probe whose
-document is older than `stale_s` counts as one failed read per reading: a probe that stopped
-reporting must not look like a probe that saw nothing wrong.
+document is older than `stale_s` (or three of its own `interval_s`, whichever is longer), or
+that says it `stopped`, counts as one failed read per reading: a probe that stopped reporting
+must not look like a probe that saw nothing wrong. The probe role writes these documents
+(`crosszone probe`, probe/report.py, which carries more: each read's verdict); this reader
+needs only the fields above.
 """
 
 from __future__ import annotations
@@ -65,10 +68,11 @@ class StoreProbes:
                 n, e = int(doc.get("reads", 0)), int(doc.get("errors", 0))
                 age = now - float(doc.get("updated", 0))
                 last = float(doc.get("p99_ms", 0.0))
+                stale = max(self.stale_s, 3 * float(doc.get("interval_s", 0) or 0))
             except (TypeError, ValueError):
                 errors += 1
                 continue
-            if age > self.stale_s:
+            if age > stale or doc.get("stopped") is True:
                 errors += 1
                 reads += 1
                 continue

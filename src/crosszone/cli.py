@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "crosszone.control.commands",
     "crosszone.migrate.commands",
     "crosszone.plan.commands",
+    "crosszone.probe.commands",
 )
 # The lab's (crosszone_lab: emulator, workload, benchmarks, demo, pcap runs, charts), registered
 # only when the lab is installed (`pip install crosszone[lab]`, or `make setup` in a checkout).

@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("compile",),
     ("store",),
     ("fastpath",),
-    ("agent",),
+    ("agent", "probe"),
     ("migrate",),
     ("control",),
     ("plan",),
@@ -199,7 +199,7 @@ def test_the_lab_commands_are_the_listed_ones() -> None:
 
     groups["fastpath"] = fastpath_app
     product = {"": {"check", "fastpath", "agent", "controller", "apply", "status", "top", "plan",
-                    "simulate", "simulate-validate", "intent", "bench", "migrate"},
+                    "simulate", "simulate-validate", "intent", "bench", "migrate", "probe"},
                "bench": set(), "fastpath": {"attach", "detach", "stats"}}
     for group, names in cli.LAB_COMMANDS.items():
         typer_app = groups[group]

@@ -1,41 +1,29 @@
-"""Guard and canary probes: real HTTP reads of known content, from inside any namespace.
+"""The emulator's guard and canary reads: the product's byte-exact reads
+(`crosszone.probe.http_read`), opened from inside an endpoint's namespace.
 
 A migration checks each step with reads from every compute endpoint to every storage node, in
-both families, each on a fresh TCP connection (a new source port, so successive probes hash over
-every gateway the routers may pick). The body must equal what the node is known to serve, byte
-for byte: a gateway that mangled a packet fails the probe just as one that dropped it.
+both families, each on a fresh TCP connection. The read itself (two deadlines, DSCP from the
+SYN on, exact body) is the product's, which the `crosszone probe` daemon uses on real hosts;
+this module keeps the emulator's shape of it: a target names its endpoint's namespace and the
+document's bytes (the emulator generates them, `storage.meta_document`), and a failed read
+names the namespace it came from.
 
 Sockets are opened in the endpoint's namespace with setns from a thread of this process (no
-`ip netns exec` and no new interpreter per probe: a round of 32 reads costs milliseconds of CPU,
-which matters on a box whose two cores also run the network under test).
-
-A target's `dscp` marks the probe's segments from the SYN on. Where the emulator has queues,
-the migration sends its probes in their first class and the storage nodes answer in the class
-a connection's SYN came in (`tcp_reflect_tos`, emulate/queues.py): a probe then measures the
-gateways and the routes, and never a SYN lost at a FIFO the workload keeps full (a second's
-retransmission timeout, a failed read).
-
-A read has two deadlines. The connection must be up within `connect_s` (1 s): the SYN and the
-SYN-ACK cross the gateways both ways and the node's kernel answers, so a gateway or route that
-drops a read's packets fails here. The whole answer must then arrive within `response_s` (5 s):
-it also waits for the node's server, which on the emulator is an nginx worker at the workload's
-priority sharing two cores with everything else. Under the `bench migrate` workload with two
-busy loops, the workload's own small requests had a p999 of 1.3 s, and one guard round saw
-every read of one node time out at a single 1 s deadline while the UDP probe lost nothing: the
-server was slow, not the path. Slow answers still count, in the latency guard (p99 factor).
+`ip netns exec` and no new interpreter per read: a round of 32 reads costs milliseconds of CPU,
+which matters on a box whose two cores also run the network under test). The emulator sends
+its reads in the queues' first class (`dscp`) where the topology has queues, and the storage
+nodes answer in the class the SYN came in (`tcp_reflect_tos`, emulate/queues.py).
 """
 
 from __future__ import annotations
 
-import math
-import socket
-import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from crosszone.linux.netns import in_netns
-from crosszone_lab.workload import udp_probe
+from crosszone.probe import http_read
+
+CONNECT_S = http_read.CONNECT_S
+RESPONSE_S = http_read.RESPONSE_S
 
 
 @dataclass(frozen=True)
@@ -50,6 +38,12 @@ class Target:
     port: int = 80
     dscp: int = 0  # of every segment the probe sends, its SYN included (0 to 63)
 
+    def product(self) -> http_read.Target:
+        """The same read as the product describes it."""
+        return http_read.Target(self.server, self.path, http_read.Expected.of(self.expect),
+                                port=self.port, source=self.source, ns=self.ns or None,
+                                dscp=self.dscp)
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -61,76 +55,28 @@ class Outcome:
     error: str = ""
 
 
-CONNECT_S = 1.0
-RESPONSE_S = 5.0
+def _connect(t: Target, timeout: float) -> object:
+    """The read's connection (tests check its marking)."""
+    return http_read.connect(t.product(), timeout)
 
 
-def _connect(t: Target, timeout: float) -> socket.socket:
-    family = socket.AF_INET6 if ":" in t.server else socket.AF_INET
-    with in_netns(t.ns):
-        s = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        udp_probe.mark(s, family, t.dscp)
-        s.settimeout(timeout)
-        if t.source:
-            s.bind((t.source, 0))
-        s.connect((t.server, t.port))
-    except BaseException:
-        s.close()
-        raise
-    return s
+def _outcome(t: Target, o: http_read.Outcome) -> Outcome:
+    return Outcome(t, o.ok, o.ms, f"{t.ns} -> {o.error}" if o.error else "")
 
 
 def read_once(t: Target, connect_s: float = CONNECT_S, response_s: float = RESPONSE_S
               ) -> Outcome:
-    """GET t.path over a fresh connection; ok when the status is 200 and the body is exact.
-    The connection must be up within `connect_s`, the whole answer in `response_s` more."""
-    t0 = time.monotonic()
-    host = f"[{t.server}]" if ":" in t.server else t.server
-    phase = "connect"
-    try:
-        s = _connect(t, connect_s)
-        try:
-            phase = "response"
-            deadline = time.monotonic() + response_s
-            s.settimeout(response_s)
-            s.sendall(f"GET {t.path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-                      .encode())
-            chunks = []
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError("timed out")
-                s.settimeout(left)
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-        finally:
-            s.close()
-    except OSError as exc:
-        return Outcome(t, False, (time.monotonic() - t0) * 1000,
-                       f"{t.ns} -> {t.server}: {phase}: {exc!r}")
-    ms = (time.monotonic() - t0) * 1000
-    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
-    if not head.startswith(b"HTTP/1.1 200"):
-        return Outcome(t, False, ms, f"{t.ns} -> {t.server}: {head[:40]!r}")
-    if body != t.expect:
-        return Outcome(t, False, ms, f"{t.ns} -> {t.server}: body differs "
-                                     f"({len(body)} bytes, expected {len(t.expect)})")
-    return Outcome(t, True, ms)
+    """GET t.path over a fresh connection (http_read.read_once)."""
+    return _outcome(t, http_read.read_once(t.product(), connect_s, response_s))
 
 
 def run_round(targets: Sequence[Target], connect_s: float = CONNECT_S,
               response_s: float = RESPONSE_S, parallel: int = 8) -> list[Outcome]:
     """Every target once, `parallel` at a time."""
-    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        return list(pool.map(lambda t: read_once(t, connect_s, response_s), targets))
+    done = http_read.run_round([t.product() for t in targets], connect_s, response_s, parallel)
+    return [_outcome(t, o) for t, o in zip(targets, done)]
 
 
 def p99_ms(outcomes: Sequence[Outcome]) -> float:
     """Nearest-rank p99 latency of the successful reads (0 when there are none)."""
-    lat = sorted(o.ms for o in outcomes if o.ok)
-    if not lat:
-        return 0.0
-    return lat[min(len(lat) - 1, max(0, math.ceil(0.99 * len(lat)) - 1))]
+    return http_read.p99_ms([o.ms for o in outcomes if o.ok])

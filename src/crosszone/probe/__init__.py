@@ -1,0 +1,1 @@
+"""Canary and guard probes: byte-exact reads of known content, reported to the store."""

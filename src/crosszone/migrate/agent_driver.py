@@ -260,6 +260,7 @@ class AgentDriver:
     _drops0: dict[str, int] = field(default_factory=dict)
     _slow: set[str] = field(default_factory=set)
     _canary_cache: dict[str, list[str]] = field(default_factory=dict)
+    _share_said: str = ""
 
     # ---- who is who ---------------------------------------------------------------------------
 
@@ -492,8 +493,12 @@ class AgentDriver:
             for gw in self.legacy_gateways:
                 legacy += int(self.legacy.forwarded_packets(gw))
         except Exception as exc:  # a scrape or an adapter's command: the share waits
-            self.log(f"share: {exc}")
+            why = f"share: {exc}"
+            if why != self._share_said:  # said once, not at every poll
+                self._share_said = why
+                self.log(why)
             return None
+        self._share_said = ""
         return (agents, legacy) if plan.target == AGENT_KIND else (legacy, agents)
 
     def _wait_share(self, plan: Plan, weight: int) -> tuple[float | None, bool]:
@@ -505,6 +510,8 @@ class AgentDriver:
         while True:
             now = self.clock()
             c = self._counts(plan)
+            if c is not None and window and (c[0] < window[-1][1] or c[1] < window[-1][2]):
+                window.clear()  # a counter went back (a gateway's fast path re-attached)
             if c is not None:
                 window.append((now, *c))
                 while len(window) > 2 and now - window[1][0] >= self.share_window_s:

@@ -128,3 +128,18 @@ def test_a_silent_or_stopped_probe_is_stale_and_roles_are_apart() -> None:
     assert p.stale == ("prod-h2",) and p.probes == ("prod-h2",)
     with pytest.raises(ValueError, match="role 'both'"):
         w.read("both", now=0.0)
+
+
+def test_the_migration_drivers_reader_reads_what_a_probe_writes() -> None:
+    """migrate/probe_verdicts.py (the runner's guards) reads role, updated, reads, errors and
+    p99_ms of the same objects: failures between two of its readings, and the p99."""
+    from crosszone.migrate.probe_verdicts import StoreProbes
+
+    s = FakeStore()
+    probes = StoreProbes(s, wall=lambda: 1000.5)
+    write(s, _report(rounds=1, reads=2, failed=0))
+    assert probes.read("canary") is not None
+    write(s, _report(t=1003.0, rounds=4, reads=8, failed=1))
+    got = probes.read("canary")
+    assert got is not None and (got.reads, got.errors, got.p99_ms) == (6, 1, 3.0)
+    assert probes.read("production") is None

@@ -6,12 +6,10 @@ registers the emulator's: when `crosszone emulate up` has brought a deployment u
 migration's store is the emulation's controller store (else a file in its run dir) and the
 driver is the emulated deployment's.
 
-That driver is still `EmulatorDriver` (emulate/migration.py): the emulator's crosszone gateways
-get their FRR configuration from `emulate/frr.py`, not from their agents, until issue 23's
-deliverable 6 is in; their agents report routing `unmanaged`, which the product's driver
-(agent_driver.AgentDriver) refuses at parity. Once the agents own the gateways' routing, this
-provider returns an AgentDriver with the legacy kind's command adapter instead, and the
-emulator keeps only its topology, its routers and that adapter's commands.
+The driver is the product's (migration.EmulatedAgentDriver: agent_driver.AgentDriver with the
+routers' kernels timed beside it) when every crosszone gateway's agent reports that it owns its
+gateway's routing (issue 23, deliverable 6); otherwise the emulator's own `EmulatorDriver`
+(emulate/migration.py), which configures the gateways' bgpd itself.
 """
 
 from __future__ import annotations
@@ -22,10 +20,17 @@ import typer
 
 from crosszone.migrate import commands
 from crosszone.migrate import engine as eng
+from crosszone.migrate.agent_driver import DriverError
 from crosszone.store.store import Store
 from crosszone_lab.emulate import control_plane, deploy
 from crosszone_lab.emulate import state as emu_state
-from crosszone_lab.emulate.migration import EmulatorDriver, MigrationDriverError
+from crosszone_lab.emulate.migration import (
+    EmulatedAgentDriver,
+    EmulatorDriver,
+    MigrationDriverError,
+    agents_manage_routing,
+    emulated_agent_driver,
+)
 from crosszone_lab.emulate.topology import RUN_DIR, parse
 from crosszone_lab.emulate.vty import VtyError
 
@@ -39,7 +44,7 @@ def default_store_url() -> str:
 
 
 def _close(driver: eng.Driver) -> None:
-    if isinstance(driver, EmulatorDriver):
+    if isinstance(driver, EmulatorDriver | EmulatedAgentDriver):
         driver.close()
 
 
@@ -50,16 +55,20 @@ def emulator_deployment() -> commands.Deployment | None:
     if state is None:
         return None
 
-    def make_driver(_store: Store, log: commands.Log) -> eng.Driver:
+    def make_driver(store: Store, log: commands.Log) -> eng.Driver:
         if os.geteuid() != 0:
             raise commands.fail("the migration drives the emulated deployment: run as root", 2)
         st = emu_state.load()
         if st is None or not st.complete:
             raise commands.fail("no deployment: run `crosszone emulate up` first")
-        return EmulatorDriver(deploy.make(parse(st.spec), topology_path=st.topology), log=log)
+        dep = deploy.make(parse(st.spec), topology_path=st.topology)
+        if agents_manage_routing(dep, store):
+            return emulated_agent_driver(dep, store, log)
+        return EmulatorDriver(dep, log=log)
 
     return commands.Deployment(default_store_url(), make_driver,
-                               errors=(MigrationDriverError, VtyError), close=_close)
+                               errors=(MigrationDriverError, VtyError, DriverError),
+                               close=_close)
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:

@@ -24,24 +24,30 @@ How the emulated deployment does what the engine asks:
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from crosszone.compile.gateway import Ids, compile_gateway
 from crosszone.fastpath.bpf_map import BpfMap
 from crosszone.fastpath.maps_io import GatewayMaps
 from crosszone.fastpath.parity import drift
 from crosszone.linux.netns import in_netns
+from crosszone.migrate.agent_driver import AgentDriver, LegacySide, ProbeRound, standby
+from crosszone.migrate.deployment_file import make_adapter
+from crosszone.migrate.engine import read_state
 from crosszone.migrate.plan import Plan
 from crosszone.store.objects import join_objects
-from crosszone.store.store import INTENT, open_store
+from crosszone.store.store import INTENT, STATUS, Store, open_store
 from crosszone_lab.emulate import control_plane, frr, kinds, legacy_gateway, storage
 from crosszone_lab.emulate import state as st
 from crosszone_lab.emulate.deploy import Deployment
@@ -536,3 +542,172 @@ def forwarded_packets(dep: Deployment, gw: Gateway) -> int:
         return _reason_packets(gw, "fwd_")
     out = dep.ex.output(["ip", "netns", "exec", gw.ns, "nft", "-j", "list", "counters"])
     return legacy_gateway.forwarded_packets(out)
+
+
+# ---- the product's driver on the emulator --------------------------------------------------
+#
+# Once the emulator's crosszone gateways take their routing from their agents (issue 23,
+# deliverable 6), `crosszone migrate` on the emulator runs the product's AgentDriver: the
+# crosszone side through routing objects and their agents, the legacy side through the
+# product's command adapter (vtysh in the legacy gateways' namespaces). What stays here is what
+# only the emulator has: its own probe rounds (until `crosszone probe` runs in its host
+# namespaces), the routers' kernels as an independent measure of each move (`kernel_ms`, next
+# to the product's `converge_ms`), the routers' standby of the crosszone gateways, and the
+# deployment state's active kind.
+
+
+@dataclass
+class EmulatorProbes:
+    """agent_driver.Probes from the emulator's own reads: the canary VPC's endpoints (role
+    canary) or every other endpoint (production), each to every storage node, both families."""
+
+    emu: EmulatorDriver
+    canary: Callable[[], str | None]
+    log: Callable[[str], None] = lambda _m: None
+
+    def read(self, role: str) -> ProbeRound | None:
+        """One round of `role`'s reads now (None: the role has no endpoint)."""
+        canary = self.canary()
+        plan = Plan(canary=canary)
+        if role == "canary" and canary is None:
+            return None
+        eps = self.emu.endpoints(plan, canary=role == "canary")
+        if not eps:
+            return None
+        outcomes = probe.run_round(self.emu.targets(eps))
+        for o in outcomes:
+            if not o.ok:
+                self.log(f"{role} probe failed after {o.ms:.0f} ms: {o.error}")
+        return ProbeRound(len(outcomes), sum(not o.ok for o in outcomes), probe.p99_ms(outcomes))
+
+
+def kernel_expectation(emu: EmulatorDriver, plan: Plan, weight_new: int, canary_on: bool
+                       ) -> tuple[dict[str, tuple[set[str], float | None]], set[str]]:
+    """What the routers' kernels hold once a move to `weight_new` converged: prefix -> (next
+    hop devices, the target's share or None), and the target's devices. The canary's prefixes
+    stay with the target while the canary is on (the steps move the others)."""
+    src, dst = emu.sides(plan)
+    to_compute, to_storage = frr.gateway_prefixes(emu.dep.plan)
+    canary = set(emu.canary_prefixes(plan)) if canary_on else set()
+    moved = [x for x in to_compute + to_storage if x not in canary]
+    s, d = {f"g{g.index}" for g in src}, {f"g{g.index}" for g in dst}
+    if weight_new <= 0:
+        want: tuple[set[str], float | None] = (s, None)
+    elif weight_new < 100:
+        want = (s | d, float(weight_new))
+    else:
+        want = (d, None)
+    return dict.fromkeys(moved, want), d
+
+
+@dataclass
+class EmulatedAgentDriver(AgentDriver):
+    """The product's driver on the emulator, with the routers' kernels timed beside it."""
+
+    emu: EmulatorDriver | None = None
+    #: every move: {"t", "weight_new", "announce_ms", "applied_ms", "converge_ms", "share",
+    #: "share_reached", "kernel_ms"} (bench migrate's step lines)
+    moves: list[dict[str, Any]] = field(default_factory=list)
+    kernel_timeout_s: float = 30.0
+
+    def set_weight(self, plan: Plan, weight_new: int) -> float:
+        """The product's move, and meanwhile the time until both routers' kernels hold its
+        weights, from the same start (`kernel_ms`, None when they did not within
+        kernel_timeout_s)."""
+        assert self.emu is not None
+        expect, new = kernel_expectation(self.emu, plan, weight_new, self._canary_on)
+        t0, wall = time.monotonic(), time.time()
+        got: dict[str, float] = {}
+
+        emu = self.emu
+
+        def watch() -> None:
+            try:
+                emu._wait(expect, f"kernel weights of step {weight_new}%", new=new,
+                          timeout=self.kernel_timeout_s)
+                got["ms"] = (time.monotonic() - t0) * 1000
+            except (MigrationDriverError, OSError) as exc:
+                self.log(f"routers' kernels: {exc}")
+        th = threading.Thread(target=watch, name="kernel-watch", daemon=True)
+        th.start()
+        try:
+            ms = super().set_weight(plan, weight_new)
+        finally:
+            th.join(timeout=self.kernel_timeout_s + 5)
+        self.last_move["kernel_ms"] = round(got["ms"], 1) if "ms" in got else None
+        self.moves.append({"t": wall, **self.last_move})
+        emu._record_active(plan, weight_new)
+        return ms
+
+    def retire(self, plan: Plan) -> list[str]:
+        """The product's retirement, then the deployment's active kind is the target."""
+        out = super().retire(plan)
+        state = st.load()
+        if state is not None:
+            state.active = plan.target
+            st.save(state)
+        return out
+
+    def close(self) -> None:
+        """Close the emulator's sessions and netlink sockets."""
+        if self.emu is not None:
+            self.emu.close()
+
+
+def agents_manage_routing(dep: Deployment, store: Store) -> bool:
+    """Whether every crosszone gateway's agent reports that it owns its gateway's routing
+    (then the product's driver can run the migration)."""
+    xgws = [g for g in dep.plan.gateways if kinds.get(g.kind).attaches]
+    if not xgws:
+        return False
+    items, _ = store.get_prefix(STATUS)
+    for gw in xgws:
+        try:
+            doc = json.loads(items.get(STATUS + gw.name, b"{}"))
+        except ValueError:
+            return False
+        if not isinstance(doc, dict) or (doc.get("routing") or {}).get("mode") != "managed":
+            return False
+    return True
+
+
+def legacy_adapter() -> LegacySide:
+    """The product's command adapter over the emulator's legacy-gateway commands (vtysh in
+    their namespaces): crosszone_lab.emulate.legacy_adapter_commands."""
+    try:
+        commands = importlib.import_module("crosszone_lab.emulate.legacy_adapter_commands")
+        return make_adapter(commands.adapter_section())
+    except (ImportError, ValueError) as exc:  # DeploymentError: no adapter module
+        raise MigrationDriverError(f"the legacy gateways' adapter: {exc}") from None
+
+
+def take_crosszone_in(dep: Deployment, store: Store, driver: AgentDriver) -> None:
+    """Before a migration from legacy: the crosszone gateways go on standby by their routing
+    objects (sessions up, nothing announced), then the routers take their routes (they kept
+    them on standby at the routers until now): from here the migration moves their traffic."""
+    xgws = [g for g in dep.plan.gateways if kinds.get(g.kind).attaches]
+    rev = standby(store, [g.name for g in xgws])
+    driver._wait_applied({g.name: rev for g in xgws}, "standby")
+    accept = getattr(frr, "router_accept_ops", None)
+    if accept is None:
+        raise MigrationDriverError("the emulator's routers cannot take an agent's gateway yet")
+    for gw in xgws:
+        dep.ex.apply(accept(dep.plan, gw, True))
+
+
+def emulated_agent_driver(dep: Deployment, store: Store, log: Callable[[str], None]
+                          ) -> EmulatedAgentDriver:
+    """The product's driver over the emulated deployment `dep` (see above)."""
+    emu = EmulatorDriver(dep, log=log)
+    xgws = [g.name for g in dep.plan.gateways if kinds.get(g.kind).attaches]
+    lgws = [g.name for g in dep.plan.gateways if not kinds.get(g.kind).attaches]
+
+    def canary() -> str | None:
+        state = read_state(store)
+        return state.the_plan.canary if state.plan else None
+    driver = EmulatedAgentDriver(store, legacy_adapter(), lgws, xgws,
+                                 EmulatorProbes(emu, canary, log), log=log, emu=emu)
+    state = st.load()
+    if state is not None and state.active == legacy_gateway.KIND.name:
+        take_crosszone_in(dep, store, driver)
+    return driver

@@ -11,15 +11,20 @@ On the migration topology (examples/migrate.yaml) the benchmark runs, all at onc
   back, crosszone -> legacy, by the same engine and driver as `crosszone migrate`.
 
 One JSON line per step: `{"migration", "step", "weight_new", "lost", "lost_to_storage",
-"lost_to_compute", "failed_requests", "max_gap_ms", "converge_ms", "announce_ms",
-"update_rcvd_ms", "after_update_ms"}`, where converge_ms runs from the first announcement
-command of the step until both routers' kernels hold its weights (netlink), announce_ms is the
-part spent sending the commands, update_rcvd_ms is when the routers received the last route the
-step changed (FRR's `debug bgp updates in`, turned on for the run: emulate/update_log.py),
-written_ms when their zebra last wrote a route to the kernel (`debug zebra kernel`), and
-after_update_ms = written_ms - update_rcvd_ms, the routers' own convergence, timed by them. Then a
-summary line with the totals, the TCP resets counted in every endpoint and storage namespace,
-and the conditions.
+"lost_to_compute", "failed_requests", "max_gap_ms", "converge_ms", "kernel_converge_ms",
+"driver", "announce_ms", "update_rcvd_ms", "after_update_ms"}`. With the product's driver
+(`driver: "agents"`, once the emulated crosszone agents own their routing) converge_ms is the
+product's own figure (every agent applied the step and the new gateways' share of forwarded
+packets reached its weight, migrate/agent_driver.py) and kernel_converge_ms the emulator's
+independent one: from the same start until both routers' kernels hold the step's weights
+(netlink), which no operator can read on real routers. With the emulator's own driver
+(`driver: "emulator"`) both are that kernel figure. announce_ms is the part spent sending the
+commands (writing the routing objects and calling the legacy adapter), update_rcvd_ms is
+when the routers received the last route the step changed (FRR's `debug bgp updates in`,
+turned on for the run: emulate/update_log.py), written_ms when their zebra last wrote a route
+to the kernel (`debug zebra kernel`), and after_update_ms = written_ms - update_rcvd_ms, the
+routers' own convergence, timed by them. Then a summary line with the totals, the TCP resets
+counted in every endpoint and storage namespace, and the conditions.
 """
 
 from __future__ import annotations
@@ -47,10 +52,16 @@ from crosszone.linux import netns
 from crosszone.migrate import engine as eng
 from crosszone.migrate.plan import GUARD_DOCS, Plan
 from crosszone.store.sqlite_store import SqliteStore
+from crosszone.store.store import Store, open_store
 from crosszone_lab.bench.failover import STALL_REPORT_MS, start_probe
 from crosszone_lab.bench.migrate_chart import Sampler, draw
-from crosszone_lab.emulate import deploy, topology, update_log
-from crosszone_lab.emulate.migration import EmulatorDriver
+from crosszone_lab.emulate import control_plane, deploy, topology, update_log
+from crosszone_lab.emulate.migration import (
+    EmulatedAgentDriver,
+    EmulatorDriver,
+    agents_manage_routing,
+    emulated_agent_driver,
+)
 from crosszone_lab.emulate.stallwatch import StallWatch
 from crosszone_lab.emulate.topology import workload_targets
 from crosszone_lab.emulate.vty import Vty, VtyError
@@ -94,11 +105,14 @@ def _estimate_s(plan: Plan) -> float:
     return plan.canary_dwell_s + len(plan.steps) * (plan.dwell_s + 1.5) + plan.dwell_s + 8
 
 
-def _migrate(store: SqliteStore, driver: Moves, plan: Plan, log: Callable[[str], None]
+def _migrate(store: Store, driver: Moves | EmulatedAgentDriver, plan: Plan,
+             log: Callable[[str], None]
              ) -> tuple[str, list[dict[str, Any]]]:
     """One migration to the end (finish included): its final state and its history. A guard
     that rolled it back is a result, not an error: the lines say where and why."""
     e = eng.Engine(store, driver, tick_s=1.0, log=log)
+    if isinstance(driver, EmulatedAgentDriver):
+        driver.beat = e.heartbeat  # a move that waits for agents is not a dead runner
     try:
         e.start(plan)
         st = e.run(stop=lambda s: s.state in eng.FINAL or s.state in ("shifted", "paused"))
@@ -174,11 +188,15 @@ def step_lines(events: list[dict[str, Any]], moves: list[dict[str, float]],
         t0 = move.get("t", ev["t"])
         t1 = ends[i] if i < len(ends) else float("inf")
         conv = move.get("converge_ms")
-        rcvd, written = last_ms(changes, t0, conv), last_ms(writes, t0, conv)
+        agents = "kernel_ms" in move  # the product's driver: its own figure and the kernels'
+        kernel = move.get("kernel_ms") if agents else conv
+        rcvd, written = last_ms(changes, t0, kernel), last_ms(writes, t0, kernel)
         out.append({"migration": label, "step": ev["step"], "weight_new": ev["weight_new"],
                     **lost_in(records, interval_ns, flows, t0, t1),
                     "failed_requests": sum(n for t, n in errors if t0 <= t < t1),
                     "converge_ms": conv,
+                    "kernel_converge_ms": kernel,
+                    "driver": "agents" if agents else "emulator",
                     "announce_ms": move.get("announce_ms"),
                     "update_rcvd_ms": rcvd,
                     "written_ms": written,
@@ -248,11 +266,19 @@ class _Migrations:
     interrupted: bool = False
 
 
-def _run_migrations(store: SqliteStore, dep: Any, plans: list[Plan], console: Console,
+def _driver(store: Store, dep: Any, console: Console) -> Moves | EmulatedAgentDriver:
+    """The product's driver when every emulated crosszone agent owns its routing (the same
+    choice as `crosszone migrate` on the emulator), else the emulator's own."""
+    if agents_manage_routing(dep, store):
+        return emulated_agent_driver(dep, store, lambda m: console.print(m))
+    return Moves(dep, log=lambda m: console.print(m))
+
+
+def _run_migrations(store: Store, dep: Any, plans: list[Plan], console: Console,
                     out: _Migrations) -> None:
     """Each migration in turn until one does not finish (filled into `out` as they go)."""
     for pl in plans:
-        driver = Moves(dep, log=lambda m: console.print(m))
+        driver = _driver(store, dep, console)
         try:
             dep.wait_sessions(timeout=60)  # parity refuses a start while a session is down
             final, events = _migrate(store, driver, pl, log=lambda m: console.print(m))
@@ -305,7 +331,12 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
         time.sleep(3.0)  # the workload's connections are up before anything moves
     except KeyboardInterrupt:
         done.interrupted = True
-    store = SqliteStore(str(topology.RUN_DIR / "bench-migrate.db"), poll_s=0.01)
+    # the product's driver writes routing objects where the agents read them: the
+    # emulation's controller store; the emulator's own driver keeps the bench's file
+    control = open_store(control_plane.store_url()) \
+        if (control_plane.CONTROL_DIR / "store.db").exists() else None
+    store: Store = control if control is not None and agents_manage_routing(dep, control) \
+        else SqliteStore(str(topology.RUN_DIR / "bench-migrate.db"), poll_s=0.01)
     t_start = time.time()
     sampler = Sampler(dep)
     sampler.start()

@@ -118,11 +118,12 @@ def test_a_weight_out_of_frr_range_is_refused_before_running(fake: tuple[Path, P
     assert not log.exists()
 
 
-@pytest.mark.parametrize("prefixes", [["10.0.0.1/8"], ["nope"], ["-x"], ["10.0.0.0/8", ""]])
+@pytest.mark.parametrize("prefixes", [["10.0.0.1/8"], ["nope"], ["-x"], ["10.0.0.0/8", ""],
+                                      [167772160], "10.0.0.0/8"])
 def test_prefixes_are_validated_before_running(fake: tuple[Path, Path],
                                                prefixes: list[str]) -> None:
     prog, log = fake
-    with pytest.raises(LegacyActionError, match="not a prefix"):
+    with pytest.raises(LegacyActionError, match=r"not a prefix|a list of prefixes"):
         _adapter(prog).withdraw("lgw1", prefixes)
     assert not log.exists()
 

@@ -99,7 +99,7 @@ STDERR_TAIL = 400
 
 
 class LegacyConfigError(ValueError):
-    """The `legacy:` section is not valid; the message names the key."""
+    """The adapter's configuration is not valid; the message names the key."""
 
 
 class LegacyActionError(RuntimeError):
@@ -145,9 +145,13 @@ def _check_gateway(action: str, gateway: str) -> None:
 
 def _prefixes(action: str, gateway: str, prefixes: Sequence[str]) -> list[str]:
     """The prefixes as the command receives them (normalised), each checked."""
+    if isinstance(prefixes, (str, bytes)):  # a str is a Sequence[str] of its characters
+        raise LegacyActionError(action, gateway, f"{prefixes!r}: give a list of prefixes")
     out = []
     for p in prefixes:
         try:
+            if not isinstance(p, str):
+                raise TypeError(p)
             out.append(str(ipaddress.ip_network(p)))
         except (ValueError, TypeError):
             raise LegacyActionError(action, gateway, f"{p!r} is not a prefix (address/length, "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -74,6 +75,45 @@ def test_a_body_longer_than_expected_without_length_is_cut_and_refused() -> None
     finally:
         srv.close()
     assert not o.ok and "at least" in o.error, o.error
+
+
+def _raw_server(answer: bytes, hold_s: float) -> socket.socket:
+    """A server that sends `answer` to the first request, then keeps the connection `hold_s`."""
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            conn.recv(4096)
+            with contextlib.suppress(OSError):
+                conn.sendall(answer)
+                time.sleep(hold_s)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv
+
+
+def test_a_server_that_keeps_the_connection_open_does_not_hold_the_read() -> None:
+    srv = _raw_server(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(DOC), DOC),
+                      hold_s=3.0)
+    try:
+        t0 = time.monotonic()
+        o = read_once(Target("127.0.0.1", "/x", Expected.of(DOC), port=srv.getsockname()[1]),
+                      response_s=2.0)
+    finally:
+        srv.close()
+    assert o.ok, o.error
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_an_answer_without_length_cut_short_by_the_deadline_fails() -> None:
+    srv = _raw_server(b"HTTP/1.1 200 OK\r\n\r\n" + DOC, hold_s=3.0)
+    try:
+        o = read_once(Target("127.0.0.1", "/x", Expected.of(DOC), port=srv.getsockname()[1]),
+                      response_s=0.3)
+    finally:
+        srv.close()
+    assert not o.ok and "response:" in o.error and "timed out" in o.error, o.error
 
 
 def test_a_refused_connection_fails_in_the_connect_phase() -> None:

@@ -19,10 +19,13 @@ from typer.testing import CliRunner
 from crosszone.migrate import commands, deployment_file
 from crosszone.migrate.agent_driver import AgentDriver, DriverError
 from crosszone.migrate.deployment_file import DeploymentError
+from crosszone.migrate.plan import Plan
 from crosszone.migrate.probe_verdicts import StoreProbes
 from crosszone.store import routing
 from crosszone.store.sqlite_store import SqliteStore
 from unit.test_agent_driver import AGENTS, CANARY, LEGACY, FakeLegacy, FakeProbes, World
+
+PLAN_STEPS = Plan(steps=(10, 100))
 
 
 def _app() -> typer.Typer:
@@ -155,3 +158,15 @@ def test_the_probes_verdicts_are_counted_since_the_previous_reading(tmp_path: Pa
     now[0] += 60  # it stopped reporting: a failed read per reading
     r = probes.read("production")
     assert r is not None and r.errors == 1
+
+
+def test_the_file_takes_the_products_legacy_adapters(tmp_path: Path) -> None:
+    doc = {"legacy": {"gateways": ["lgw1"],
+                      "adapter": {"kind": "none", "routers": "skip-missing"}}}
+    dep = deployment_file.parse(doc)
+    drv = dep.make_driver(SqliteStore(str(tmp_path / "a.db")), lambda _m: None)
+    assert isinstance(drv, AgentDriver)
+    # the none adapter moves everything at the first weighted step: parity says so
+    assert any("plan the steps as 100" in p for p in drv.parity(PLAN_STEPS))
+    with pytest.raises(DeploymentError, match=r"legacy\.adapter"):
+        deployment_file.parse({"legacy": {"gateways": ["lgw1"], "adapter": {"kind": "x"}}})

@@ -22,7 +22,6 @@ naming the key and why, before anything is touched.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 import yaml
 
 from crosszone.migrate import engine as eng
+from crosszone.migrate import legacy_adapter
 from crosszone.migrate.agent_driver import (
     AgentDriver,
     DriverError,
@@ -58,19 +58,12 @@ def _names(where: str, value: Any) -> list[str]:
 
 
 def make_adapter(config: Any) -> LegacySide:
-    """The legacy adapter a file's `legacy.adapter` describes (migrate/legacy_adapter.py)."""
+    """The legacy adapter a file's `legacy.adapter` describes (migrate/legacy_adapter.py: a
+    command per action, or none)."""
     try:
-        mod = importlib.import_module("crosszone.migrate.legacy_adapter")
-    except ImportError as exc:
-        raise DeploymentError(f"legacy.adapter: no legacy adapter module ({exc})") from None
-    build = getattr(mod, "from_config", None)
-    if build is None:
-        raise DeploymentError("legacy.adapter: the legacy adapter module has no from_config")
-    try:
-        adapter: LegacySide = build(config)
-    except (ValueError, TypeError, KeyError) as exc:
-        raise DeploymentError(f"legacy.adapter: {exc}") from None
-    return adapter
+        return legacy_adapter.from_config(config)
+    except legacy_adapter.LegacyConfigError as exc:
+        raise DeploymentError(str(exc)) from None
 
 
 def parse(doc: Any, where: str = "deployment",

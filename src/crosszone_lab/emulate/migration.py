@@ -24,7 +24,6 @@ How the emulated deployment does what the engine asks:
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import socket
@@ -48,7 +47,14 @@ from crosszone.migrate.engine import read_state
 from crosszone.migrate.plan import Plan
 from crosszone.store.objects import join_objects
 from crosszone.store.store import INTENT, STATUS, Store, open_store
-from crosszone_lab.emulate import control_plane, frr, kinds, legacy_gateway, storage
+from crosszone_lab.emulate import (
+    control_plane,
+    frr,
+    kinds,
+    legacy_adapter_commands,
+    legacy_gateway,
+    storage,
+)
 from crosszone_lab.emulate import state as st
 from crosszone_lab.emulate.deploy import Deployment
 from crosszone_lab.emulate.fib_watch import RouterFib, share
@@ -675,9 +681,8 @@ def legacy_adapter() -> LegacySide:
     """The product's command adapter over the emulator's legacy-gateway commands (vtysh in
     their namespaces): crosszone_lab.emulate.legacy_adapter_commands."""
     try:
-        commands = importlib.import_module("crosszone_lab.emulate.legacy_adapter_commands")
-        return make_adapter(commands.adapter_section())
-    except (ImportError, ValueError) as exc:  # DeploymentError: no adapter module
+        return make_adapter(legacy_adapter_commands.adapter_section())
+    except ValueError as exc:  # DeploymentError: a section the adapter refuses (a bug)
         raise MigrationDriverError(f"the legacy gateways' adapter: {exc}") from None
 
 

@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from crosszone.probe.http_read import mark  # the TCP reads mark their segments the same way
+
 HEADER = struct.Struct("!QQ")  # sequence number, send time (ns, CLOCK_REALTIME)
 PAYLOAD_BYTES = 64
 SO_RCVBUFFORCE = 33
@@ -173,17 +175,6 @@ def _recv_all(sock: socket.socket, rec: Record) -> None:
 
 def _family(addr: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in addr else socket.AF_INET
-
-
-def mark(s: socket.socket, fam: socket.AddressFamily, dscp: int) -> None:
-    """Everything `s` sends carries `dscp` (ECN bits 0), IPv4 TOS or IPv6 traffic class."""
-    if not 0 <= dscp <= 63:
-        raise ValueError(f"dscp {dscp}: must be 0 to 63")
-    if dscp:
-        if fam == socket.AF_INET6:
-            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, dscp << 2)
-        else:
-            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
 
 
 def sender(fam: socket.AddressFamily, bind: str, dscp: int = 0) -> socket.socket:

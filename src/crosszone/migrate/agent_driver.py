@@ -236,6 +236,9 @@ class AgentDriver:
     probes: Probes
     #: gateway -> metrics address (host:port); default: the address the agent reports
     metrics: dict[str, str] = field(default_factory=dict)
+    #: where the migration's own state is kept, when not with the agents (`store`: routing
+    #: objects and statuses); a resumed runner reads the weight the network is at from it
+    state_store: Store | None = None
     scrape: Callable[[str], str] = http_scrape
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
@@ -301,7 +304,7 @@ class AgentDriver:
         resumed runner re-asserts the canary before the weight, and must not take the
         current step's traffic off the new gateways in between)."""
         if self._weight is None:
-            self._weight = eng.read_state(self.store).weight_new
+            self._weight = eng.read_state(self.state_store or self.store).weight_new
         return self._weight
 
     # ---- reading the agents -------------------------------------------------------------------

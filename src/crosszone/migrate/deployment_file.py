@@ -39,7 +39,7 @@ from crosszone.migrate.agent_driver import (
 )
 from crosszone.migrate.commands import Deployment
 from crosszone.migrate.probe_verdicts import StoreProbes
-from crosszone.store.store import Store
+from crosszone.store.store import Store, open_store
 
 KNOWN = {"store", "legacy", "agents", "convergence"}
 CONVERGENCE = {"share_tolerance": "share_tolerance", "window_s": "share_window_s",
@@ -106,9 +106,13 @@ def parse(doc: Any, where: str = "deployment",
         raise DeploymentError(f"{where}: store: a store URL")
 
     def make_driver(store: Store, log: Callable[[str], None]) -> eng.Driver:
-        probes: Probes = StoreProbes(store)
-        return AgentDriver(store, side, legacy_names, agent_names or agent_gateways(store),
-                           probes, metrics=dict(metrics), log=log, **tuning)
+        # the agents and probes use the file's store; the migration's state may be elsewhere
+        # (--store)
+        agents_store = open_store(store_url) if store_url else store
+        probes: Probes = StoreProbes(agents_store)
+        return AgentDriver(agents_store, side, legacy_names,
+                           agent_names or agent_gateways(agents_store), probes,
+                           metrics=dict(metrics), log=log, state_store=store, **tuning)
 
     return Deployment(store_url, make_driver, errors=(DriverError,), gateways=agent_names)
 

@@ -52,10 +52,10 @@ from crosszone.linux import netns
 from crosszone.migrate import engine as eng
 from crosszone.migrate.plan import GUARD_DOCS, Plan
 from crosszone.store.sqlite_store import SqliteStore
-from crosszone.store.store import Store, open_store
+from crosszone.store.store import Store
 from crosszone_lab.bench.failover import STALL_REPORT_MS, start_probe
 from crosszone_lab.bench.migrate_chart import Sampler, draw
-from crosszone_lab.emulate import control_plane, deploy, topology, update_log
+from crosszone_lab.emulate import deploy, topology, update_log
 from crosszone_lab.emulate.migration import (
     EmulatedAgentDriver,
     EmulatorDriver,
@@ -269,7 +269,7 @@ class _Migrations:
 def _driver(store: Store, dep: Any, console: Console) -> Moves | EmulatedAgentDriver:
     """The product's driver when every emulated crosszone agent owns its routing (the same
     choice as `crosszone migrate` on the emulator), else the emulator's own."""
-    if agents_manage_routing(dep, store):
+    if agents_manage_routing(dep):
         return emulated_agent_driver(dep, store, lambda m: console.print(m))
     return Moves(dep, log=lambda m: console.print(m))
 
@@ -331,12 +331,9 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
         time.sleep(3.0)  # the workload's connections are up before anything moves
     except KeyboardInterrupt:
         done.interrupted = True
-    # the product's driver writes routing objects where the agents read them: the
-    # emulation's controller store; the emulator's own driver keeps the bench's file
-    control = open_store(control_plane.store_url()) \
-        if (control_plane.CONTROL_DIR / "store.db").exists() else None
-    store: Store = control if control is not None and agents_manage_routing(dep, control) \
-        else SqliteStore(str(topology.RUN_DIR / "bench-migrate.db"), poll_s=0.01)
+    # the migration's state: a file of the bench's own (the product's driver writes the
+    # routing objects where the agents read them, the emulation's controller store)
+    store = SqliteStore(str(topology.RUN_DIR / "bench-migrate.db"), poll_s=0.01)
     t_start = time.time()
     sampler = Sampler(dep)
     sampler.start()

@@ -62,7 +62,7 @@ def emulator_deployment() -> commands.Deployment | None:
         if st is None or not st.complete:
             raise commands.fail("no deployment: run `crosszone emulate up` first")
         dep = deploy.make(parse(st.spec), topology_path=st.topology)
-        if agents_manage_routing(dep, store):
+        if agents_manage_routing(dep):
             return emulated_agent_driver(dep, store, log)
         return EmulatorDriver(dep, log=log)
 

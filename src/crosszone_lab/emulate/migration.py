@@ -660,12 +660,16 @@ class EmulatedAgentDriver(AgentDriver):
             self.emu.close()
 
 
-def agents_manage_routing(dep: Deployment, store: Store) -> bool:
+def agents_manage_routing(dep: Deployment, store: Store | None = None) -> bool:
     """Whether every crosszone gateway's agent reports that it owns its gateway's routing
     (then the product's driver can run the migration)."""
     xgws = [g for g in dep.plan.gateways if kinds.get(g.kind).attaches]
     if not xgws:
         return False
+    if store is None:  # the agents' store: the emulation's controller's
+        if not (control_plane.CONTROL_DIR / "store.db").exists():
+            return False
+        store = open_store(control_plane.store_url())
     items, _ = store.get_prefix(STATUS)
     for gw in xgws:
         try:
@@ -710,9 +714,13 @@ def emulated_agent_driver(dep: Deployment, store: Store, log: Callable[[str], No
     def canary() -> str | None:
         state = read_state(store)
         return state.the_plan.canary if state.plan else None
-    driver = EmulatedAgentDriver(store, legacy_adapter(), lgws, xgws,
-                                 EmulatorProbes(emu, canary, log), log=log, emu=emu)
+    # the agents read their routing objects from the emulation's controller store; the
+    # migration's state may be kept elsewhere (`--store`)
+    agents_store = open_store(control_plane.store_url())
+    driver = EmulatedAgentDriver(agents_store, legacy_adapter(), lgws, xgws,
+                                 EmulatorProbes(emu, canary, log), log=log, emu=emu,
+                                 state_store=store)
     state = st.load()
     if state is not None and state.active == legacy_gateway.KIND.name:
-        take_crosszone_in(dep, store, driver)
+        take_crosszone_in(dep, agents_store, driver)
     return driver

@@ -10,6 +10,12 @@ BPF_HDRS := $(wildcard $(BPF_SRC)/*.h)
 BPF_CFLAGS := -O2 -g -target bpf -mcpu=v3 -Wall -Werror -I/usr/include/$(shell uname -m)-linux-gnu
 APT_PKGS := clang llvm gcc linux-libc-dev libbpf-dev bpftool iproute2 nftables frr nginx-light etcd-server \
             etcd-client iputils-ping tcpdump libelf1 ethtool prometheus chromium chromium-driver
+# systemd-analyze (package systemd): tests/unit/test_systemd_units.py verifies packaging/systemd/.
+APT_PKGS += systemd
+# The product's objects: what a gateway host loads (the gateway program; the XDP_PASS program of
+# veth peers and of the live-frames probe). Building the wheel compiles these and packages them
+# (setup.py, `make product-objects BUILD=DIR`); everything else here is for tests and the lab.
+PRODUCT_OBJS := $(BUILD)/xdp_gateway.o $(BUILD)/xdp_pass.o
 BPF_OBJS := $(BUILD)/xdp_gateway.o $(BUILD)/xdp_gateway_lpm.o $(BUILD)/xdp_floor.o \
             $(BUILD)/xdp_pass.o $(BUILD)/xdp_drop.o $(BUILD)/xdp_gateway_testclock.o
 # The emulator's priority queues: a tc classifier by DSCP (bpf/tc_dscp_class.c, emulate/queues.py).
@@ -28,7 +34,7 @@ BENCH_OBJS += $(BUILD)/bench_forward_gen.o $(BUILD)/bench_forward_sink.o $(BUILD
 # Its sender: AF_PACKET with a transmit ring (bench/sender/cz_sender.c), no BPF test run needed.
 BENCH_TOOLS := $(BUILD)/cz_sender
 
-.PHONY: setup apt venv build lint test test-unit demo bench clean
+.PHONY: setup apt venv build product-objects wheel lint test test-unit demo bench clean
 
 setup: $(BUILD)/.apt-stamp $(VENV)/.stamp
 
@@ -50,6 +56,13 @@ $(VENV)/.stamp: pyproject.toml
 
 build: setup $(BPF_OBJS) $(BENCH_OBJS) $(BENCH_TOOLS)
 
+# No setup: the wheel's build runs this with clang and libbpf's headers already there.
+product-objects: $(PRODUCT_OBJS)
+
+# The one wheel, product and lab (`pip install crosszone` or `crosszone[lab]`), into dist/.
+wheel: $(BUILD)/.apt-stamp
+	$(PY) -m pip wheel -q --no-deps -w dist .
+
 $(BUILD)/cz_sender: src/crosszone_lab/bench/sender/cz_sender.c Makefile
 	@mkdir -p $(BUILD)
 	gcc -O2 -Wall -Wextra -Werror -o $@ $<
@@ -58,17 +71,13 @@ $(BUILD)/xdp_gateway.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
 	@mkdir -p $(BUILD)
 	clang $(BPF_CFLAGS) -c $< -o $@
 
-$(BUILD)/xdp_gateway_lpm.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
-	@mkdir -p $(BUILD)
-	clang $(BPF_CFLAGS) -DCZ_ROUTES_LPM_TRIE -c $< -o $@
+# The variants include the product's xdp_gateway.c after the header they stand in (bpf/
+# bench_lpm_route.h, bpf/test_clock.h): built by the pattern rule below, rebuilt when it changes.
+$(BUILD)/xdp_gateway_lpm.o $(BUILD)/xdp_gateway_testclock.o: $(BPF_SRC)/xdp_gateway.c
 
-# The gateway with a clock the tests set (bpf/policy.h: cz_now), for the traffic policy's tests.
-$(BUILD)/xdp_gateway_testclock.o: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
-	@mkdir -p $(BUILD)
-	clang $(BPF_CFLAGS) -DCZ_TEST_CLOCK -c $< -o $@
-
-# Benchmark variants: -DCZ_BENCH plus what each name says (lpm trie, spread destinations, live);
-# the stem includes ".o", so the plain names match too.
+# Benchmark variants, from the bench sources (bpf/bench_gateway.c wraps the product's body in the
+# harness; bpf/xdp_floor.c): -DCZ_BENCH plus what each name says (lpm trie, spread destinations,
+# live); the stem includes ".o", so the plain names match too.
 BENCH_FLAGS = -DCZ_BENCH $(if $(findstring _lpm,$*),-DCZ_ROUTES_LPM_TRIE) \
               $(if $(findstring _spread,$*),-DCZ_BENCH_SPREAD=100000) \
               $(if $(findstring _live,$*),-DCZ_BENCH_LIVE) \
@@ -79,7 +88,7 @@ BENCH_FLAGS = -DCZ_BENCH $(if $(findstring _lpm,$*),-DCZ_ROUTES_LPM_TRIE) \
               $(if $(findstring _coarse,$*),-DCZ_FLOOR_CLOCK=2) \
               $(if $(findstring _jiffies,$*),-DCZ_FLOOR_CLOCK=3)
 
-$(BUILD)/bench_gateway%: $(BPF_SRC)/xdp_gateway.c $(BPF_HDRS) Makefile
+$(BUILD)/bench_gateway%: $(BPF_SRC)/bench_gateway.c $(BPF_HDRS) Makefile
 	clang $(BPF_CFLAGS) $(BENCH_FLAGS) -c $< -o $@
 
 $(BUILD)/bench_floor%: $(BPF_SRC)/xdp_floor.c $(BPF_HDRS) Makefile

@@ -26,12 +26,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from crosszone.abi.objects import is_checkout
 from crosszone.linux.environment import describe, is_environment_problem
 
 T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE_INTENT = ROOT / "examples" / "gateway.yaml"
+# A checkout's examples/, else the copy an installed wheel carries beside this module (setup.py).
+EXAMPLES = ROOT / "examples" if is_checkout() else Path(__file__).resolve().parent / "examples"
+EXAMPLE_INTENT = EXAMPLES / "gateway.yaml"
 
 
 def fastpath_demo(console: Console) -> int:

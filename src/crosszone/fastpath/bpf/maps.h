@@ -92,27 +92,8 @@ struct {
 	__type(value, __u32);
 } vpc_by_vni SEC(".maps");
 
-#ifndef CZ_ROUTES_LPM_TRIE
-/* (VPC, prefix length, masked IPv4 dst) -> route: one slot table for every length and VPC. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, CZ_ROUTE4_SLOTS + CZ_SLOT_PROBES);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__type(key, __u32);
-	__type(value, struct cz_slot4);
-} route4_slots SEC(".maps");
-
-/* (VPC, prefix length, masked IPv6 dst) -> route. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, CZ_ROUTE6_SLOTS + CZ_SLOT_PROBES);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__type(key, __u32);
-	__type(value, struct cz_slot6);
-} route6_slots SEC(".maps");
-#else
-#include "lpm_routes.h"
-#endif
+/* route4_slots and route6_slots, the route slot tables, are declared in route.h beside their
+ * lookup: the benchmark's LPM-trie baseline (bench_lpm_route.h) replaces that header whole. */
 
 /* ECMP group -> bucket table. */
 struct {
@@ -225,17 +206,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct cz_flow_id);
 } flow_scratch SEC(".maps");
-
-#ifdef CZ_TEST_CLOCK
-/* Test builds only: the fast path's clocks as the test set them (policy.h): [0] ns (cz_now),
- * [1] jiffies (cz_ticks). */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2);
-	__type(key, __u32);
-	__type(value, __u64);
-} test_clock SEC(".maps");
-#endif
 
 /* The last verdict on this CPU (debugging: `crosszone fastpath run`). */
 struct {

@@ -38,35 +38,10 @@
  * 20-40 ns a call under KVM (an rdtscp), more than the policy's whole budget. The durations come
  * in ticks, rounded so that a flow never moves or is forgotten before the intent's duration
  * (abi/ticks.py: d jiffies prove more than d - 1 ticks of silence). The token buckets pace at the
- * nanosecond and read the fine clock, only for a VPC with a rate. Test builds (-DCZ_TEST_CLOCK)
- * read both from test_clock ([0] ns, [1] jiffies), so a test sets time exactly; the production
- * build pays nothing for that. */
-#ifdef CZ_TEST_CLOCK
-static __always_inline __u64 cz_test_clock(__u32 i)
-{
-	__u64 *t = bpf_map_lookup_elem(&test_clock, &i);
-
-	return t ? *t : 0;
-}
-#endif
-
-static __always_inline __u64 cz_now(void)
-{
-#ifdef CZ_TEST_CLOCK
-	return cz_test_clock(0);
-#else
-	return bpf_ktime_get_ns();
-#endif
-}
-
-static __always_inline __u64 cz_ticks(void)
-{
-#ifdef CZ_TEST_CLOCK
-	return cz_test_clock(1);
-#else
-	return bpf_jiffies64();
-#endif
-}
+ * nanosecond and read the fine clock, only for a VPC with a rate. Both are read in clock.h; the
+ * test build stands its own clock.h in (test_clock.h), so a test sets time exactly and the
+ * product's program pays nothing for that. */
+#include "clock.h"
 
 static __always_inline struct cz_policy_counter *cz_policy_stats(__u32 vpc_id)
 {

@@ -7,8 +7,8 @@
  * array read and one compare: its home slot is empty. On a P4 target each length is an
  * exact-match table (or the lot is one TCAM).
  *
- * Routes are returned by value (one 8-byte copy), action 0 meaning no route.
- * Build with -DCZ_ROUTES_LPM_TRIE for the trie baseline the benchmark compares against. */
+ * Routes are returned by value (one 8-byte copy), action 0 meaning no route. The benchmark's
+ * LPM-trie baseline (bench_lpm_route.h) stands in for this whole header, maps included. */
 #ifndef CZ_ROUTE_H
 #define CZ_ROUTE_H
 
@@ -31,7 +31,71 @@ static __always_inline void cz_mask6(__u32 *out, const __u32 *addr, __u32 plen)
 	}
 }
 
-#ifndef CZ_ROUTES_LPM_TRIE
+/* (VPC, prefix length, masked IPv4 dst) -> route: one slot table for every length and VPC. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CZ_ROUTE4_SLOTS + CZ_SLOT_PROBES);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct cz_slot4);
+} route4_slots SEC(".maps");
+
+/* (VPC, prefix length, masked IPv6 dst) -> route. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CZ_ROUTE6_SLOTS + CZ_SLOT_PROBES);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct cz_slot6);
+} route6_slots SEC(".maps");
+
+/* The value word of a route is action | group << 32 (one 8-byte load: the two always belong
+ * together); CZ_NO_ROUTE when there is none. */
+__noinline __u64 cz_route4_walk(__u64 want, __u32 from)
+{
+	struct cz_slot4 *found = 0;
+
+	CZ_SLOT_FIND(route4_slots, struct cz_slot4, from, CZ_SLOT_PROBES - 1, want, 1, found);
+	return found ? *(volatile __u64 *)&found->value : CZ_NO_ROUTE;
+}
+
+static __always_inline __u64 cz_route4_find(__u64 want)
+{
+	__u32 home = cz_slot_home(want, CZ_ROUTE4_SLOT_BITS);
+	struct cz_slot4 *s = 0;
+	enum cz_home at = cz_slot_at_home(&route4_slots, home, want, (void **)&s);
+
+	if (at == CZ_AT_HOME && s)
+		return *(volatile __u64 *)&s->value;
+	return at == CZ_ABSENT ? CZ_NO_ROUTE : cz_route4_walk(want, home + 1);
+}
+
+/* The address words of an IPv6 slot, read after its key word (volatile: a plain load could be
+ * hoisted above the key's, and read the address of the key a reused slot held before). */
+static __always_inline int cz_slot6_is(const struct cz_slot6 *s, __u64 hi, __u64 lo)
+{
+	return *(volatile const __u64 *)&s->hi == hi && *(volatile const __u64 *)&s->lo == lo;
+}
+
+__noinline __u64 cz_route6_walk(__u64 want, __u64 hi, __u64 lo, __u32 from)
+{
+	struct cz_slot6 *found = 0;
+
+	CZ_SLOT_FIND(route6_slots, struct cz_slot6, from, CZ_SLOT_PROBES - 1, want,
+		     cz_slot6_is(s, hi, lo), found);
+	return found ? *(volatile __u64 *)&found->value : CZ_NO_ROUTE;
+}
+
+static __always_inline __u64 cz_route6_find(__u64 want, __u64 hi, __u64 lo)
+{
+	__u32 home = cz_slot_home6(want, hi, lo, CZ_ROUTE6_SLOT_BITS);
+	struct cz_slot6 *s = 0;
+	enum cz_home at = cz_slot_at_home(&route6_slots, home, want, (void **)&s);
+
+	if (at == CZ_AT_HOME && s && cz_slot6_is(s, hi, lo))
+		return *(volatile __u64 *)&s->value;
+	return at == CZ_ABSENT ? CZ_NO_ROUTE : cz_route6_walk(want, hi, lo, home + 1);
+}
 
 static __always_inline struct cz_route cz_route4(const struct cz_vpc *vpc, __be32 dst)
 {
@@ -77,27 +141,5 @@ static __always_inline struct cz_route cz_route6(const struct cz_vpc *vpc, const
 	return none;
 }
 
-#else /* CZ_ROUTES_LPM_TRIE */
-
-static __always_inline struct cz_route cz_route4(const struct cz_vpc *vpc, __be32 dst)
-{
-	struct cz_lpm4_key key = {
-		.prefixlen = 64, .vpc_id = bpf_htonl(vpc->vpc_id), .addr = dst,
-	};
-	struct cz_route *r = bpf_map_lookup_elem(&routes4_lpm, &key);
-	struct cz_route none = {};
-	return r ? cz_route_copy(r) : none;
-}
-
-static __always_inline struct cz_route cz_route6(const struct cz_vpc *vpc, const __u32 *dst)
-{
-	struct cz_lpm6_key key = { .prefixlen = 160, .vpc_id = bpf_htonl(vpc->vpc_id) };
-	__builtin_memcpy(key.addr, dst, 16);
-	struct cz_route *r = bpf_map_lookup_elem(&routes6_lpm, &key);
-	struct cz_route none = {};
-	return r ? cz_route_copy(r) : none;
-}
-
-#endif
 
 #endif

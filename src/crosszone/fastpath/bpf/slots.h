@@ -116,56 +116,6 @@ static __always_inline __u32 cz_vtep_vpc(__u32 vni, __be32 vtep)
 	return at == CZ_ABSENT ? CZ_NO_VPC_ID : cz_vtep_walk(want, home + 1);
 }
 
-#ifndef CZ_ROUTES_LPM_TRIE
-/* The value word of a route is action | group << 32 (one 8-byte load: the two always belong
- * together); CZ_NO_ROUTE when there is none. */
-__noinline __u64 cz_route4_walk(__u64 want, __u32 from)
-{
-	struct cz_slot4 *found = 0;
-
-	CZ_SLOT_FIND(route4_slots, struct cz_slot4, from, CZ_SLOT_PROBES - 1, want, 1, found);
-	return found ? *(volatile __u64 *)&found->value : CZ_NO_ROUTE;
-}
-
-static __always_inline __u64 cz_route4_find(__u64 want)
-{
-	__u32 home = cz_slot_home(want, CZ_ROUTE4_SLOT_BITS);
-	struct cz_slot4 *s = 0;
-	enum cz_home at = cz_slot_at_home(&route4_slots, home, want, (void **)&s);
-
-	if (at == CZ_AT_HOME && s)
-		return *(volatile __u64 *)&s->value;
-	return at == CZ_ABSENT ? CZ_NO_ROUTE : cz_route4_walk(want, home + 1);
-}
-
-/* The address words of an IPv6 slot, read after its key word (volatile: a plain load could be
- * hoisted above the key's, and read the address of the key a reused slot held before). */
-static __always_inline int cz_slot6_is(const struct cz_slot6 *s, __u64 hi, __u64 lo)
-{
-	return *(volatile const __u64 *)&s->hi == hi && *(volatile const __u64 *)&s->lo == lo;
-}
-
-__noinline __u64 cz_route6_walk(__u64 want, __u64 hi, __u64 lo, __u32 from)
-{
-	struct cz_slot6 *found = 0;
-
-	CZ_SLOT_FIND(route6_slots, struct cz_slot6, from, CZ_SLOT_PROBES - 1, want,
-		     cz_slot6_is(s, hi, lo), found);
-	return found ? *(volatile __u64 *)&found->value : CZ_NO_ROUTE;
-}
-
-static __always_inline __u64 cz_route6_find(__u64 want, __u64 hi, __u64 lo)
-{
-	__u32 home = cz_slot_home6(want, hi, lo, CZ_ROUTE6_SLOT_BITS);
-	struct cz_slot6 *s = 0;
-	enum cz_home at = cz_slot_at_home(&route6_slots, home, want, (void **)&s);
-
-	if (at == CZ_AT_HOME && s && cz_slot6_is(s, hi, lo))
-		return *(volatile __u64 *)&s->value;
-	return at == CZ_ABSENT ? CZ_NO_ROUTE : cz_route6_walk(want, hi, lo, home + 1);
-}
-#endif
-
 /* A route value word as the struct. */
 static __always_inline struct cz_route cz_route_word(__u64 word)
 {

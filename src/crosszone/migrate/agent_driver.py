@@ -41,7 +41,9 @@ import urllib.error
 import urllib.request
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -239,6 +241,8 @@ class AgentDriver:
     #: where the migration's own state is kept, when not with the agents (`store`: routing
     #: objects and statuses); a resumed runner reads the weight the network is at from it
     state_store: Store | None = None
+    #: the intent's name of the plan's canary VPC (the emulator names its VPCs `vpc-<name>`)
+    intent_vpc: Callable[[str], str] = lambda name: name
     scrape: Callable[[str], str] = http_scrape
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
@@ -275,7 +279,7 @@ class AgentDriver:
                               f"gateway, not {plan.source} -> {plan.target}")
         return Sides(tuple(self.agents), tuple(self.legacy_gateways),
                      agents_are_target=plan.target == AGENT_KIND,
-                     canary_vpcs=(plan.canary,) if plan.canary else (),
+                     canary_vpcs=(self.intent_vpc(plan.canary),) if plan.canary else (),
                      canary_prefixes=tuple(self.canary_prefixes(plan)))
 
     def canary_prefixes(self, plan: Plan) -> list[str]:
@@ -286,7 +290,8 @@ class AgentDriver:
             return []
         if plan.canary not in self._canary_cache:
             cluster = _intent(self.store)
-            vpc = next((v for v in cluster.vpcs if v.name == plan.canary), None) \
+            name = self.intent_vpc(plan.canary)
+            vpc = next((v for v in cluster.vpcs if v.name == name), None) \
                 if cluster is not None else None
             self._canary_cache[plan.canary] = [] if vpc is None else [
                 str(n) for n in with_halves(facing_prefixes(vpc))]
@@ -433,24 +438,33 @@ class AgentDriver:
         return announced, self.clock()
 
     def _legacy(self, actions: tuple[LegacyAction, ...]) -> None:
-        for a in actions:
-            try:
-                if a.verb == "set_weight":
-                    assert a.value is not None
-                    self.legacy.set_weight(a.gateway, a.value)
-                elif a.verb == "drain":
-                    self.legacy.drain(a.gateway)
-                elif a.verb == "withdraw":
-                    self.legacy.withdraw(a.gateway, a.prefixes)
-                elif a.verb == "restore":
-                    self.legacy.restore(a.gateway, a.prefixes)
-                else:
-                    raise DriverError(f"unknown legacy action {a.verb}")
-            except DriverError:
-                raise
-            except Exception as exc:  # an operator's command may fail any way
-                raise DriverError(f"legacy gateway {a.gateway}: {a.verb} failed: {exc}"
-                                  ) from None
+        """Perform the legacy actions, every gateway at once (each action is one gateway's,
+        and a command adapter's action is a process: one after the other they added up to
+        seconds per move on the emulator); the first failure is raised once all ended."""
+        if not actions:
+            return
+        with ThreadPoolExecutor(max_workers=len(actions)) as pool:
+            futures = [pool.submit(self._legacy_one, a) for a in actions]
+        for f in futures:
+            f.result()
+
+    def _legacy_one(self, a: LegacyAction) -> None:
+        try:
+            if a.verb == "set_weight":
+                assert a.value is not None
+                self.legacy.set_weight(a.gateway, a.value)
+            elif a.verb == "drain":
+                self.legacy.drain(a.gateway)
+            elif a.verb == "withdraw":
+                self.legacy.withdraw(a.gateway, a.prefixes)
+            elif a.verb == "restore":
+                self.legacy.restore(a.gateway, a.prefixes)
+            else:
+                raise DriverError(f"unknown legacy action {a.verb}")
+        except DriverError:
+            raise
+        except Exception as exc:  # an operator's command may fail any way
+            raise DriverError(f"legacy gateway {a.gateway}: {a.verb} failed: {exc}") from None
 
     def _write_states(self, move: Move) -> dict[str, int]:
         """Write every agent's routing object in one transaction: gateway -> revision."""
@@ -488,13 +502,21 @@ class AgentDriver:
     def _counts(self, plan: Plan) -> tuple[int, int] | None:
         """(packets forwarded by the target side, by the source side) so far, or None when a
         counter cannot be read."""
-        agents = legacy = 0
         statuses = self.statuses()
+
+        def agent(gw: str) -> int:
+            return self.sample(gw, statuses.get(gw, {})).forwarded
+
+        def legacy_one(gw: str) -> int:
+            return int(self.legacy.forwarded_packets(gw))
+        jobs: list[Callable[[], int]] = [partial(agent, gw) for gw in self.agents]
+        jobs += [partial(legacy_one, gw) for gw in self.legacy_gateways]
         try:
-            for gw in self.agents:
-                agents += self.sample(gw, statuses.get(gw, {})).forwarded
-            for gw in self.legacy_gateways:
-                legacy += int(self.legacy.forwarded_packets(gw))
+            # all at once: each is a scrape or an adapter's process, and the share is only as
+            # fresh as the slowest of them
+            with ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
+                got = [f.result() for f in [pool.submit(j) for j in jobs]]
+            agents, legacy = sum(got[:len(self.agents)]), sum(got[len(self.agents):])
         except Exception as exc:  # a scrape or an adapter's command: the share waits
             why = f"share: {exc}"
             if why != self._share_said:  # said once, not at every poll

@@ -704,6 +704,11 @@ def take_crosszone_in(dep: Deployment, store: Store, driver: AgentDriver) -> Non
         dep.ex.apply(accept(dep.plan, gw, True))
 
 
+def intent_vpc_name(name: str) -> str:
+    """The cluster intent's name of a topology's VPC (control_plane.cluster_intent)."""
+    return f"vpc-{name}"
+
+
 def emulated_agent_driver(dep: Deployment, store: Store, log: Callable[[str], None]
                           ) -> EmulatedAgentDriver:
     """The product's driver over the emulated deployment `dep` (see above)."""
@@ -719,7 +724,7 @@ def emulated_agent_driver(dep: Deployment, store: Store, log: Callable[[str], No
     agents_store = open_store(control_plane.store_url())
     driver = EmulatedAgentDriver(agents_store, legacy_adapter(), lgws, xgws,
                                  EmulatorProbes(emu, canary, log), log=log, emu=emu,
-                                 state_store=store)
+                                 state_store=store, intent_vpc=intent_vpc_name)
     state = st.load()
     if state is not None and state.active == legacy_gateway.KIND.name:
         take_crosszone_in(dep, agents_store, driver)

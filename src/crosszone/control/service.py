@@ -15,10 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from crosszone.abi import layout
 from crosszone.compile.diff import diff_entries
 from crosszone.compile.gateway import compile_gateway
-from crosszone.intent.checks import IntentProblem, as_error, check_cluster
+from crosszone.intent.checks import (
+    IntentProblem,
+    as_error,
+    check_cluster,
+    check_route_capacity,
+    route_counts,
+)
 from crosszone.intent.cluster import parse_cluster, to_document
 from crosszone.intent.errors import InvalidIntentError
 from crosszone.intent.hosts import HostSet
@@ -212,7 +217,8 @@ class Controller:
         added ones (hosts left out: a prefix change cannot affect them). What that leaves out
         is exactly what needs the whole IPv4 sets: duplicates of an added prefix in another
         pool of the same VPC (binary search in the sorted keys here; duplicates within the
-        pool were refused by _edit) and the table capacity (counted here). IPv6 is kept whole
+        pool were refused by _edit) and the table capacity (the checker's route_counts and
+        check_route_capacity on the whole cluster). IPv6 is kept whole
         (few prefixes), so its duplicates and distinct lengths per VPC are checked as usual."""
         for i, v in enumerate(cluster.vpcs):
             if pool not in v.storage_pools or len(plus.addr4) == 0:
@@ -222,19 +228,10 @@ class Controller:
                     raise InvalidIntentError(f"a prefix to add is already a route of VPC "
                                              f"{v.name} (storage pool {other})", path="request",
                                              where=f"vpcs[{i}]")
-        routes4 = routes6 = 0
-        sizes = {p.name: (len(p.prefixes.addr4), len(p.prefixes.hi6))
-                 for p in cluster.storage_pools}
-        for v in cluster.vpcs:
-            for name in v.storage_pools:
-                routes4 += sizes.get(name, (0, 0))[0]
-                routes6 += sizes.get(name, (0, 0))[1]
-            routes4 += sum(r.prefix.version == 4 for r in v.routes)
-            routes6 += sum(r.prefix.version == 6 for r in v.routes)
-        if routes4 > layout.CZ_MAX_ROUTES4 or routes6 > layout.CZ_MAX_ROUTES6:
-            raise InvalidIntentError(f"{routes4} IPv4 / {routes6} IPv6 routes; the tables hold "
-                                     f"{layout.CZ_MAX_ROUTES4} / {layout.CZ_MAX_ROUTES6}",
-                                     path="request", where="vpcs")
+        try:
+            check_route_capacity(*route_counts(cluster))
+        except IntentProblem as problem:
+            raise as_error(problem, "request", None) from None
         empty = PrefixSet.empty()
 
         def reduced(name: str, ps: PrefixSet) -> PrefixSet:

@@ -231,6 +231,30 @@ def _check_vpc_routes(c: Cluster, i: int, fam: dict[int, Any]) -> tuple[int, int
     return len(keys), len(seen6)
 
 
+def route_counts(c: Cluster) -> tuple[int, int]:
+    """(IPv4, IPv6) route entries the cluster puts in the tables: every VPC's pools' prefixes and
+    its explicit routes. The count check_cluster holds against the limits (it counts the same
+    entries while looking for duplicates); the controller's delta check and `crosszone check`'s
+    table counts use this one."""
+    sizes = {p.name: (len(p.prefixes.addr4), len(p.prefixes.hi6)) for p in c.storage_pools}
+    routes4 = routes6 = 0
+    for v in c.vpcs:
+        for name in v.storage_pools:
+            n4, n6 = sizes.get(name, (0, 0))
+            routes4 += n4
+            routes6 += n6
+        routes4 += sum(r.prefix.version == 4 for r in v.routes)
+        routes6 += sum(r.prefix.version == 6 for r in v.routes)
+    return routes4, routes6
+
+
+def check_route_capacity(routes4: int, routes6: int) -> None:
+    """IntentProblem when the routes do not fit the fast path's route tables."""
+    if routes4 > layout.CZ_MAX_ROUTES4 or routes6 > layout.CZ_MAX_ROUTES6:
+        raise IntentProblem(("vpcs",), f"{routes4} IPv4 / {routes6} IPv6 routes; the tables hold "
+                            f"{layout.CZ_MAX_ROUTES4} / {layout.CZ_MAX_ROUTES6}")
+
+
 def check_cluster(c: Cluster) -> None:
     """Raise IntentProblem for the first cross-object problem of a schema-valid cluster."""
     _unique(c.gateways, "name", "gateways")
@@ -299,9 +323,7 @@ def check_cluster(c: Cluster) -> None:
         n4, n6 = _check_vpc_routes(c, i, fam)
         routes4 += n4
         routes6 += n6
-    if routes4 > layout.CZ_MAX_ROUTES4 or routes6 > layout.CZ_MAX_ROUTES6:
-        raise IntentProblem(("vpcs",), f"{routes4} IPv4 / {routes6} IPv6 routes; the tables hold "
-                            f"{layout.CZ_MAX_ROUTES4} / {layout.CZ_MAX_ROUTES6}")
+    check_route_capacity(routes4, routes6)
     _check_storage_facing(storage_facing)
     _check_storage_facing_clashes(c, storage_facing)
 

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from crosszone.intent.checks import IntentProblem, check_cluster, format_loc
+from crosszone.intent.checks import IntentProblem, check_cluster, format_loc, route_counts
 from crosszone.intent.errors import InvalidIntentError
 from crosszone.intent.hosts import HostError, parse_hosts
 from crosszone.intent.loader import (
@@ -208,8 +208,6 @@ def to_document(c: Cluster, blocks: bool = True) -> dict[str, Any]:
 
 def table_counts(c: Cluster) -> dict[str, int]:
     """Entries the intent needs: VPCs, routes (both families) and host addresses."""
-    pools = {p.name: len(p.prefixes) for p in c.storage_pools}
-    routes = sum(pools[n] for v in c.vpcs for n in v.storage_pools) + sum(
-        len(v.routes) for v in c.vpcs)
+    routes = sum(route_counts(c))  # the checker's count (intent/checks.py)
     hosts = sum(len(h.addresses) for h in c.hosts) + c.hosts_compact.n_addresses
     return {"vpcs": len(c.vpcs), "routes": routes, "hosts": hosts}

@@ -124,3 +124,20 @@ def path_of_key(root: yaml.Node | None, line: int, column: int) -> tuple[Any, ..
         elif isinstance(node, yaml.SequenceNode):
             stack.extend((v, path + (i,)) for i, v in enumerate(node.value))
     return ()
+
+
+class StrictNumbersLoader(StrictLoader):
+    """StrictLoader that also reads decimal fractions as floats: for the inputs with measured or
+    priced quantities (the planner's scenarios and catalog), where `0.85` is a number. A float is
+    written with a point or an exponent (`0.5`, `.5`, `1e9`, `2.5E-3`), plus `.inf` and `.nan`;
+    `01751` and `1_000.5` stay strings, so the schema refuses them as it does in an intent."""
+
+    yaml_implicit_resolvers: ClassVar[dict[str, list[tuple[str, re.Pattern[str]]]]] = {
+        k: list(v) for k, v in StrictLoader.yaml_implicit_resolvers.items()}
+
+
+StrictNumbersLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:(?:0|[1-9][0-9]*)\.[0-9]*|\.[0-9]+|(?:0|[1-9][0-9]*)(?:\.[0-9]*)?"
+               r"[eE][-+]?[0-9]+)|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from crosszone.intent.strict_yaml import StrictNumbersLoader
 from crosszone.plan.units import PlanInputError, validation_failure
 
 __all__ = [
@@ -164,7 +165,7 @@ _MODEL_TAGS = ("fixed", "xdp-server")
 def load_catalog(text: str, source: str) -> Catalog:
     """Validate catalog YAML text (from `source`, used in messages) into a frozen Catalog."""
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=StrictNumbersLoader)  # the one strict dialect
     except yaml.YAMLError as exc:
         raise PlanInputError(source, "", f"not valid YAML: {exc}") from None
     if not isinstance(raw, dict):

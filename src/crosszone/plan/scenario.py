@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from crosszone.intent.schema import Policy
+from crosszone.intent.strict_yaml import StrictNumbersLoader
 from crosszone.plan.units import (
     PlanInputError,
     parse_bytes,
@@ -283,7 +284,7 @@ def scenario_from_mapping(raw: Any, source: str) -> Scenario:
 def load_scenario(text: str, source: str) -> Scenario:
     """Validate scenario YAML text (from `source`, used in messages) into a Scenario."""
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=StrictNumbersLoader)  # the one strict dialect
     except yaml.YAMLError as exc:
         raise PlanInputError(source, "", f"not valid YAML: {exc}") from None
     return scenario_from_mapping(raw, source)

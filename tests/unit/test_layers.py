@@ -112,6 +112,32 @@ def upward_imports(root: Path = SRC, lab: Path | None = None) -> list[str]:
     return bad
 
 
+ARCHITECTURE = SRC.parents[1] / "docs" / "architecture.md"
+
+
+def _diagram(title: str) -> list[str]:
+    """The packages of one part of docs/architecture.md's layer diagram, top line first: the
+    names at the start of each line (`plan/`, `cli.py`, `agent/  probe/`)."""
+    text = ARCHITECTURE.read_text()
+    block = text.split("## Layers", 1)[1].split("```", 2)[1]
+    part = block.split(f" {title}", 1)[1].split("\n\n", 1)[0]
+    names = []
+    for line in part.splitlines()[1:]:
+        head = line[1:21] if line.startswith(" ") and not line.startswith("  ") else ""
+        names += [w.removesuffix("/").removesuffix(".py") for w in head.split()]
+    return names
+
+
+@pytest.mark.parametrize(("title", "rank"), [("src/crosszone (", RANK),
+                                             ("src/crosszone_lab (", LAB_RANK)])
+def test_the_architecture_diagram_is_the_layering(title: str, rank: dict[str, int]) -> None:
+    """docs/architecture.md's diagram lists every package, higher layers above lower ones."""
+    names = _diagram(title)
+    assert sorted(names) == sorted(rank), f"the diagram lists {names}, the layers {sorted(rank)}"
+    ranks = [rank[n] for n in names]
+    assert ranks == sorted(ranks, reverse=True), f"out of layer order: {names}"
+
+
 def test_no_upward_imports() -> None:
     bad = upward_imports()
     assert not bad, "imports against the layering (docs/architecture.md):\n" + "\n".join(bad)

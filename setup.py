@@ -7,6 +7,7 @@ the lab (crosszone_lab/examples/: the demo's intent). Everything else is in pypr
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import subprocess
 import tempfile
@@ -47,4 +48,14 @@ class BuildPyWithObjects(build_py):
         shutil.copytree(ROOT / "examples", examples)
 
 
-setup(cmdclass={"build_py": BuildPyWithObjects})
+def _fresh_build_base() -> str:
+    """A build directory of this run only, removed at exit. setuptools' default is the tree's
+    build/, which holds the BPF objects of `make build`, and a module deleted from src/ would
+    stay in its copy there and reach the next wheel."""
+    base = tempfile.mkdtemp(prefix="crosszone-wheel-")
+    atexit.register(shutil.rmtree, base, True)
+    return base
+
+
+setup(cmdclass={"build_py": BuildPyWithObjects},
+      options={"build": {"build_base": _fresh_build_base()}})

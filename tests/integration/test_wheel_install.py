@@ -28,6 +28,7 @@ import socket
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -106,6 +107,17 @@ def test_the_product_installs_alone_and_runs_from_the_package(installed) -> None
         _run(bin_dir / "crosszone", "check", ROOT / "examples" / intent, cwd=work)
     done = _run(bin_dir / "crosszone", "demo", "--quick", cwd=work, check=False)
     assert done.returncode == 2 and "install crosszone[lab]" in done.stderr, done
+
+
+def test_the_wheel_holds_objects_and_units_not_sources(installed) -> None:
+    names = set(zipfile.ZipFile(installed[0]).namelist())
+    assert {"crosszone/bpf_objects/xdp_gateway.o", "crosszone/bpf_objects/xdp_pass.o",
+            "crosszone/systemd/crosszone-agent@.service",
+            "crosszone/systemd/crosszone-controller.service",
+            "crosszone_lab/examples/gateway.yaml"} <= names
+    assert not [n for n in names if n.endswith((".c", ".h"))]
+    assert [n for n in names if n.endswith(".o")] == sorted(
+        ["crosszone/bpf_objects/xdp_gateway.o", "crosszone/bpf_objects/xdp_pass.o"])
 
 
 def test_the_packaged_object_has_no_benchmark_or_test_hook(installed) -> None:

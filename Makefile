@@ -60,7 +60,7 @@ build: setup $(BPF_OBJS) $(BENCH_OBJS) $(BENCH_TOOLS)
 product-objects: $(PRODUCT_OBJS)
 
 # The one wheel, product and lab (`pip install crosszone` or `crosszone[lab]`), into dist/.
-wheel: $(BUILD)/.apt-stamp
+wheel: setup
 	$(PY) -m pip wheel -q --no-deps -w dist .
 
 $(BUILD)/cz_sender: src/crosszone_lab/bench/sender/cz_sender.c Makefile

@@ -302,3 +302,74 @@ def _wait_state(db: SqliteStore, done: Callable[[eng.State], bool],
             return st
         time.sleep(0.1)
     raise AssertionError(f"migration stuck in {eng.read_state(db).state}")
+
+
+def test_killed_agent_mid_step_holds_the_step_until_it_is_back(dep: deploy.Deployment,
+                                                               tmp_path: Path) -> None:
+    """The product's driver only (the emulated agents own their routing): an agent killed
+    right after the runner wrote a step's routing objects holds that step; once the agent is
+    started again it applies its object and the migration goes on to `shifted`."""
+    from crosszone.linux import pids
+    from crosszone.store import routing
+    from crosszone.store.store import STATUS
+    from crosszone_lab.emulate.migration import agents_manage_routing
+
+    if not agents_manage_routing(dep):
+        pytest.skip("the emulated crosszone gateways' routing is the emulator's, not their agents'")
+    store = f"sqlite://{tmp_path}/m.db"
+    db = SqliteStore(f"{tmp_path}/m.db")
+    agents = SqliteStore(str(control_plane.CONTROL_DIR / "store.db"))
+    gw = dep.plan.gateways_of("crosszone")[1]
+    probe = Probe(dep, tmp_path)  # traffic: the driver reads each step's share from it
+    runner = subprocess.Popen([*CLI, "start", "--canary", "c", "--steps", "10,50,100",
+                               "--dwell", "2s", "--store", store,
+                               "--guards", _loose_guards(tmp_path)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def revision(key: str) -> int:
+            raw = agents.get(key)
+            if key.startswith(STATUS):
+                return int((json.loads(raw or b"{}").get("routing") or {}).get("state_revision")
+                           or 0)
+            return routing.GatewayRouting.from_bytes(raw).revision if raw else 0
+
+        # wait for the 10 % step, then kill the agent as soon as the next step's object lands
+        deadline = time.time() + 180
+        while time.time() < deadline and eng.read_state(db).state != "shifting":
+            time.sleep(0.1)
+        held = revision(routing.key(gw.name))
+        killed_at = None
+        while time.time() < deadline:
+            wanted = revision(routing.key(gw.name))
+            if wanted > held:
+                pid = pids.read_pid(control_plane.agent_pidfile(gw))
+                assert pid is not None, "the agent has no pidfile"
+                os.kill(pid, signal.SIGKILL)
+                killed_at = time.time()
+                break
+            time.sleep(0.005)
+        assert killed_at is not None, "no step after the first"
+        if revision(STATUS + gw.name) >= wanted:
+            pytest.skip("the agent had applied the step before it was killed (race lost)")
+        step = eng.read_state(db).step
+        time.sleep(8)
+        # the step waits: no later step was recorded, the gateway still behind
+        assert eng.read_state(db).step == step
+        assert revision(STATUS + gw.name) < wanted
+        assert runner.poll() is None
+        control_plane.start_agent(dep.plan, gw)
+        runner.wait(timeout=240)
+        st = eng.read_state(db)
+        assert st.state == "shifted", st.reason
+        assert revision(STATUS + gw.name) >= wanted
+        moved = [h for h in st.history if h["event"] == "step" and h["t"] > killed_at - 1]
+        assert moved and moved[0]["applied_ms"] >= 8000  # it waited for the agent
+        _cli(store, "rollback")
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+        control_plane.start_agent(dep.plan, gw)  # whatever happened, the agent runs again
+        sent, lost = probe.result()
+    assert sent > 5000
+    assert lost <= MAX_LOSS_SHARE * sent, f"{lost} of {sent} datagrams lost"

@@ -76,7 +76,8 @@ def agent_cmd(
     try:
         st = open_store(store)
     except ValueError as exc:  # a bad URL, a missing password or TLS file: named in exc
-        console.print(f"[red]error:[/red] --store: {escape(str(exc))}", highlight=False)
+        console.print(f"[red]error:[/red] --store: {escape(str(exc))}", highlight=False,
+                      soft_wrap=True)
         raise typer.Exit(2) from None
     console.print(escape(f"agent {gateway}: store {store}, pins {pins}"), highlight=False)
     # A missing or invalid intent on the first start: wait for a valid one, saying why.

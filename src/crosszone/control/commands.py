@@ -23,7 +23,7 @@ DEFAULT_MAX_BODY = 64 << 20  # = control.api.DEFAULT_MAX_BODY (not imported: kee
 
 
 def _fail(msg: str) -> None:
-    Console(stderr=True).print(f"[red]error:[/red] {escape(msg)}", highlight=False)
+    Console(stderr=True).print(f"[red]error:[/red] {escape(msg)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

@@ -37,7 +37,8 @@ def probe_cmd(
     try:
         st = open_store(store)
     except ValueError as exc:
-        console.print(f"[red]error:[/red] --store: {escape(str(exc))}", highlight=False)
+        console.print(f"[red]error:[/red] --store: {escape(str(exc))}", highlight=False,
+                      soft_wrap=True)
         raise typer.Exit(2) from None
     daemon = ProbeDaemon(cfg, st, log=lambda m: console.print(escape(m), highlight=False))
     signal.signal(signal.SIGTERM, lambda *_: daemon.stop.set())

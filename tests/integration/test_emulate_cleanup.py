@@ -89,6 +89,8 @@ def test_down_leaves_nothing_behind() -> None:
     left["fast-path state files"] = sorted(
         str(f) for f in Path("/run/crosszone/fastpath").glob(f"*{topology.PIN_ROOT.name}_*"))
     left["run dir"] = topology.RUN_DIR.exists()
+    left["FRR pathspace dirs"] = sorted(
+        str(d) for d in deploy.FRR_PATHSPACES.glob(f"{topology.PREFIX}*"))
     left["xdp programs"] = sorted(i for i in progs if _prog_exists(i))
     # A zombie (state Z) has exited and holds nothing but its pid until its parent (here the
     # container's init) reaps it.

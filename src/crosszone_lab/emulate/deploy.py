@@ -40,6 +40,8 @@ from crosszone_lab.emulate.topology import (
     vxlan_name,
 )
 
+#: Where FRR makes a directory per pathspace (`-N NAME`), which `down` removes.
+FRR_PATHSPACES = Path("/var/run/frr")
 #: How long every session of a gateway whose agent configured it must have been up before `up`
 #: is done (`wait_sessions`).
 SETTLED_S = 3.0
@@ -459,6 +461,9 @@ def down(ex: Executor, log: Callable[[str], None] = print, sleep: Sleep = time.s
         out = ex.output(["ip", "netns", "pids", ns], check=False)
         _kill_pids([int(x) for x in out.split() if x.isdigit()], sleep)
     ex.apply(netns.delete_namespaces(sorted(names)))
+    # FRR makes /var/run/frr/NS for a daemon started with -N NS, even with its sockets elsewhere
+    for name in names:
+        shutil.rmtree(FRR_PATHSPACES / name, ignore_errors=True)
     if names:
         log(f"removed {len(names)} namespaces")
     # Prometheus runs in the root namespace: no sweep finds it, its pidfile does (a lost

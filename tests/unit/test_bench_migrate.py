@@ -62,12 +62,14 @@ def test_step_lines_carry_the_products_convergence_next_to_the_routers_kernels()
               {"event": "finished", "step": 1, "weight_new": 10, "t": T0 + 9}]
     # the product's driver: converge_ms is its own (agents applied, share reached), the
     # kernels' time comes from the emulator's watch beside it
-    agents = [{"t": T0, "converge_ms": 1400.0, "kernel_ms": 650.0, "announce_ms": 3.0}]
+    agents = [{"t": T0, "converge_ms": 1400.0, "kernel_ms": 650.0, "announce_ms": 3.0,
+               "applied_ms": 900.0, "share": 9.1}]
     writes = [T0 + 0.6, T0 + 1.2]
     line = step_lines(events, agents, {}, 1_000_000, 1, [], "x", None, writes)[0]
     assert (line["converge_ms"], line["kernel_converge_ms"], line["driver"]) == (
         1400.0, 650.0, "agents")
     assert line["written_ms"] == 600.0  # the routers' logs are read within the kernels' time
+    assert (line["applied_ms"], line["share"]) == (900.0, 9.1)
     emulator = [{"t": T0, "converge_ms": 180.0, "announce_ms": 10.0}]
     line = step_lines(events, emulator, {}, 1_000_000, 1, [], "x", None, None)[0]
     assert (line["converge_ms"], line["kernel_converge_ms"], line["driver"]) == (

@@ -11,20 +11,19 @@ On the migration topology (examples/migrate.yaml) the benchmark runs, all at onc
   back, crosszone -> legacy, by the same engine and driver as `crosszone migrate`.
 
 One JSON line per step: `{"migration", "step", "weight_new", "lost", "lost_to_storage",
-"lost_to_compute", "failed_requests", "max_gap_ms", "converge_ms", "kernel_converge_ms",
-"driver", "announce_ms", "update_rcvd_ms", "after_update_ms"}`. With the product's driver
-(`driver: "agents"`, once the emulated crosszone agents own their routing) converge_ms is the
-product's own figure (every agent applied the step and the new gateways' share of forwarded
-packets reached its weight, migrate/agent_driver.py) and kernel_converge_ms the emulator's
-independent one: from the same start until both routers' kernels hold the step's weights
-(netlink), which no operator can read on real routers. With the emulator's own driver
-(`driver: "emulator"`) both are that kernel figure. announce_ms is the part spent sending the
-commands (writing the routing objects and calling the legacy adapter), update_rcvd_ms is
-when the routers received the last route the step changed (FRR's `debug bgp updates in`,
-turned on for the run: emulate/update_log.py), written_ms when their zebra last wrote a route
-to the kernel (`debug zebra kernel`), and after_update_ms = written_ms - update_rcvd_ms, the
-routers' own convergence, timed by them. Then a summary line with the totals, the TCP resets
-counted in every endpoint and storage namespace, and the conditions.
+"lost_to_compute", "failed_requests", "max_gap_ms", "converge_ms", "kernel_converge_ms", "driver",
+"applied_ms", "share", "announce_ms", "update_rcvd_ms", "after_update_ms"}`. With the product's
+driver (`driver: "agents"`, once the emulated crosszone agents own their routing) converge_ms is the
+product's own figure (every agent applied the step and the new gateways' share of forwarded packets
+reached its weight, migrate/agent_driver.py) and kernel_converge_ms the emulator's independent one:
+from the same start until both routers' kernels hold the step's weights (netlink), which no operator
+can read on real routers. With the emulator's own driver (`driver: "emulator"`) both are that kernel
+figure. announce_ms is the part spent sending the commands (writing the routing objects and calling
+the legacy adapter), update_rcvd_ms is when the routers received the last route the step changed
+(FRR's `debug bgp updates in`, turned on for the run: emulate/update_log.py), written_ms when their
+zebra last wrote a route to the kernel (`debug zebra kernel`), and after_update_ms = written_ms -
+update_rcvd_ms, the routers' own convergence, timed by them. Then a summary line with the totals,
+the TCP resets counted in every endpoint and storage namespace, and the conditions.
 """
 
 from __future__ import annotations
@@ -197,6 +196,9 @@ def step_lines(events: list[dict[str, Any]], moves: list[dict[str, float]],
                     "converge_ms": conv,
                     "kernel_converge_ms": kernel,
                     "driver": "agents" if agents else "emulator",
+                    # the product's driver: when the last agent had applied the step, and the
+                    # new gateways' share of forwarded packets it read (None: none read)
+                    "applied_ms": move.get("applied_ms"), "share": move.get("share"),
                     "announce_ms": move.get("announce_ms"),
                     "update_rcvd_ms": rcvd,
                     "written_ms": written,

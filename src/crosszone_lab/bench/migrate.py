@@ -99,9 +99,17 @@ def _tcp_resets(namespaces: list[str]) -> int:
     return total
 
 
-def _estimate_s(plan: Plan) -> float:
-    """How long one migration takes (dwells, plus about a tick and a move per phase)."""
-    return plan.canary_dwell_s + len(plan.steps) * (plan.dwell_s + 1.5) + plan.dwell_s + 8
+#: What a move takes beyond its dwell: the emulator's own driver (vty commands, a kernel
+#: watch) about 1.5 s; the product's (the legacy adapter's processes, each agent's
+#: frr-reload.py, the traffic share read through them) was measured at 10 to 30 s a move on
+#: this box, and the workload and the probe must outlast every move or the shares read nothing.
+MOVE_S = {"emulator": 1.5, "agents": 45.0}
+
+
+def _estimate_s(plan: Plan, move_s: float = MOVE_S["emulator"]) -> float:
+    """How long one migration takes (dwells, plus a tick and a move per phase)."""
+    return (plan.canary_dwell_s + move_s + len(plan.steps) * (plan.dwell_s + move_s)
+            + plan.dwell_s + 8 + (2 * move_s if move_s > MOVE_S["emulator"] else 0))
 
 
 def _migrate(store: Store, driver: Moves | EmulatedAgentDriver, plan: Plan,
@@ -318,7 +326,8 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
     errors = _Errors()
 
     # ---- run: the probe, the workload, the stall watch, the migrations
-    duration = sum(_estimate_s(pl) for pl in plans) + 15
+    move_s = MOVE_S["agents" if agents_manage_routing(dep) else "emulator"]
+    duration = sum(_estimate_s(pl, move_s) for pl in plans) + 15
     workdir = Path(tempfile.mkdtemp(prefix="czmigrate-probe-"))
     udp = start_probe(p, prod[0], p.storage_nodes[0], pps, flows, workdir,
                       max_s=duration + 120, dscp=spec.priority_dscp)

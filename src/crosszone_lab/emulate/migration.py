@@ -628,12 +628,18 @@ class EmulatedAgentDriver(AgentDriver):
         emu = self.emu
 
         def watch() -> None:
+            # netlink sockets of this thread's own: in the first bench run through this driver
+            # only the first move's watch read the routers (every later one read nothing, {}),
+            # with sockets opened by an earlier watch thread that had ended
+            emu._close_fibs()
             try:
                 emu._wait(expect, f"kernel weights of step {weight_new}%", new=new,
                           timeout=self.kernel_timeout_s)
                 got["ms"] = (time.monotonic() - t0) * 1000
             except (MigrationDriverError, OSError) as exc:
                 self.log(f"routers' kernels: {exc}")
+            finally:
+                emu._close_fibs()
         th = threading.Thread(target=watch, name="kernel-watch", daemon=True)
         th.start()
         try:

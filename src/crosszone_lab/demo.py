@@ -43,10 +43,15 @@ def fastpath_demo(console: Console) -> int:
     from crosszone_lab.sample_traffic import write_pcap
 
     console.rule("[bold]1. the XDP fast path, programmed from examples/gateway.yaml")
+    labels: list[str] = []
+    rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="crosszone-demo-") as tmp:
-        pcap, out = Path(tmp) / "sample.pcap", Path(tmp) / "out.pcap"
-        labels = write_pcap(pcap)
-        rows = run_pcap(EXAMPLE_INTENT, pcap, out, ingress="compute0")
+        # Each frame enters on the port it would arrive on: tenants' VXLAN on compute0, the
+        # storage nodes' replies on storage0 (a reply on the compute port is refused).
+        for port in ("compute0", "storage0"):
+            pcap, out = Path(tmp) / f"{port}.pcap", Path(tmp) / f"{port}-out.pcap"
+            labels += write_pcap(pcap, ingress=port)
+            rows += run_pcap(EXAMPLE_INTENT, pcap, out, ingress=port)
     table = Table(
         title="each sample frame through the real program (BPF_PROG_TEST_RUN)", show_lines=False
     )

@@ -71,13 +71,22 @@ def sample_frames() -> list[tuple[str, Packet]]:
     ]
 
 
-def write_pcap(path: str | Path) -> list[str]:
-    """Write the sample frames (fixed timestamps, so the file is reproducible)."""
+def ingress_of(pkt: Packet) -> str:
+    """The port of examples/gateway.yaml a sample frame arrives on: storage replies come in on
+    storage0 (they are addressed to its MAC), everything else on compute0."""
+    return "storage0" if pkt[Ether].dst == STORAGE_GW_MAC else "compute0"
+
+
+def write_pcap(path: str | Path, ingress: str | None = None) -> list[str]:
+    """Write the sample frames (fixed timestamps, so the file is reproducible); with `ingress`,
+    only those that arrive on that port. Returns their labels."""
     from scapy.utils import PcapWriter
 
     labels = []
     with PcapWriter(str(path), linktype=1) as w:
         for i, (label, pkt) in enumerate(sample_frames()):
+            if ingress is not None and ingress_of(pkt) != ingress:
+                continue
             pkt.time = 1_700_000_000 + i
             w.write(pkt)
             labels.append(label)

@@ -31,7 +31,7 @@ BENCH_BASE += bench_floor_sink bench_floor_clock bench_floor_coarse bench_floor_
 BENCH_OBJS := $(BENCH_BASE:%=$(BUILD)/%.o) $(BENCH_BASE:%=$(BUILD)/%_live.o)
 # `crosszone bench forward`: its generator, validating sink and floor forward (bpf/bench_forward_*.c).
 BENCH_OBJS += $(BUILD)/bench_forward_gen.o $(BUILD)/bench_forward_sink.o $(BUILD)/bench_forward_floor.o
-# Its sender: AF_PACKET with a transmit ring (bench/sender/cz_sender.c), no BPF test run needed.
+# Its sender (AF_XDP, or AF_PACKET: crosszone_lab/bench/sender/cz_sender.c): no BPF test run needed.
 BENCH_TOOLS := $(BUILD)/cz_sender
 
 .PHONY: setup apt venv build product-objects wheel lint test test-unit demo bench clean

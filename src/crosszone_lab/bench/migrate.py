@@ -49,6 +49,7 @@ from rich.console import Console
 from crosszone.abi.objects import ROOT
 from crosszone.linux import netns
 from crosszone.migrate import engine as eng
+from crosszone.migrate.agent_driver import DriverError
 from crosszone.migrate.plan import GUARD_DOCS, Plan
 from crosszone.store.sqlite_store import SqliteStore
 from crosszone.store.store import Store
@@ -58,6 +59,7 @@ from crosszone_lab.emulate import deploy, topology, update_log
 from crosszone_lab.emulate.migration import (
     EmulatedAgentDriver,
     EmulatorDriver,
+    MigrationDriverError,
     agents_manage_routing,
     emulated_agent_driver,
 )
@@ -138,6 +140,12 @@ def _migrate(store: Store, driver: Moves | EmulatedAgentDriver, plan: Plan,
         # where they are (the deployment goes down after, unless --keep)
         log(f"interrupted in {e.state.state} at {e.state.weight_new}% on the new gateways")
         return "interrupted", list(e.events)
+    except (DriverError, MigrationDriverError, VtyError) as exc:
+        # a move the driver could not make (a legacy adapter's command that timed out on the
+        # loaded box, in the first runs through the product's driver) ends this migration as
+        # a result with its reason, and the lines of the steps done so far are still printed
+        log(f"driver failed in {e.state.state} at {e.state.weight_new}%: {exc}")
+        return f"driver failed: {exc}", list(e.events)
     return e.state.state, list(e.events)
 
 

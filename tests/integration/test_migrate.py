@@ -29,7 +29,7 @@ from crosszone.fastpath.sink import MapSink
 from crosszone.migrate import engine as eng
 from crosszone.store.sqlite_store import SqliteStore
 from crosszone_lab.bench.failover import start_probe
-from crosszone_lab.emulate import control_plane, deploy, topology
+from crosszone_lab.emulate import control_plane, deploy, frr, topology
 from crosszone_lab.emulate.vty import Vty
 from crosszone_lab.workload.udp_probe import analyse
 
@@ -115,9 +115,16 @@ def test_refuses_when_maps_differ_or_a_session_is_down(dep: deploy.Deployment,
         assert f"{gw.name}: maps in the kernel differ" in res.stderr.replace("\n", " ")
         assert "hosts 1" in res.stderr.replace("\n", " ")
     other = dep.plan.gateways_of("crosszone")[1]
-    vty = Vty(other.ns)
-    vty.run(["configure terminal", "router bgp 65100",
-             f"neighbor {other.compute_peer} shutdown", "end"])
+    # The session goes down from the compute router's side: a `neighbor shutdown` typed into
+    # the gateway's own FRR is drift its agent puts right at its next apply (docs/routing.md),
+    # which could bring the session back before the start reads it.
+    router = (dep.plan.compute_router_ns, frr.COMPUTE_ROUTER_AS, other.compute_addr)
+    vty = Vty(router[0]) if product else Vty(other.ns)
+    shut = (["configure terminal", f"router bgp {router[1]}", f"neighbor {router[2]} shutdown",
+             "end"] if product else
+            ["configure terminal", "router bgp 65100", f"neighbor {other.compute_peer} shutdown",
+             "end"])
+    vty.run(shut)
     try:
         if product:  # the product reads the session as the gateway's agent last read it
             def down() -> bool:
@@ -132,8 +139,7 @@ def test_refuses_when_maps_differ_or_a_session_is_down(dep: deploy.Deployment,
                 time.sleep(0.5)
         res = _cli(store, "start", "--canary", "c", "--dwell", "1s", check=False)
     finally:
-        vty.run(["configure terminal", "router bgp 65100",
-                 f"no neighbor {other.compute_peer} shutdown", "end"])
+        vty.run([*shut[:2], f"no {shut[2]}", "end"])
         vty.close()
         dep.wait_sessions()
     assert res.returncode != 0 and "BGP session" in res.stderr and other.name in res.stderr

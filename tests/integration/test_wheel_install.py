@@ -116,7 +116,7 @@ def test_the_wheel_holds_objects_and_units_not_sources(installed) -> None:
             "crosszone/systemd/crosszone-controller.service",
             "crosszone_lab/examples/gateway.yaml"} <= names
     assert not [n for n in names if n.endswith((".c", ".h"))]
-    assert [n for n in names if n.endswith(".o")] == sorted(
+    assert sorted(n for n in names if n.endswith(".o")) == sorted(
         ["crosszone/bpf_objects/xdp_gateway.o", "crosszone/bpf_objects/xdp_pass.o"])
 
 

@@ -31,6 +31,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from crosszone.migrate.legacy_adapter import LegacyActionError
 from crosszone_lab.emulate import frr, legacy_gateway, topology
 from crosszone_lab.emulate import state as st
 from crosszone_lab.emulate.kinds import DeployError
@@ -120,6 +121,83 @@ def bgpd_commands(p: topology.Plan, action: str, values: Sequence[str]) -> tuple
     raise DeployError(f"unknown action {action!r}")
 
 
+class ActionFailed(Exception):
+    """An action failed: its message, and the exit status the command ends with."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def run_action(p: topology.Plan, action: str, gateway: str, values: Sequence[str],
+               vtysh: str = "vtysh", ip: str = "ip") -> str:
+    """Run one action (a sub-command name) on a legacy gateway of `p`; what it prints (the
+    counter for forwarded-packets, else ""). Raises ActionFailed."""
+    try:
+        gw = _gateway(p, gateway)
+        if action == "forwarded-packets":
+            if values:
+                raise DeployError(f"forwarded-packets takes no value: {values}")
+            out = subprocess.run([ip, "netns", "exec", gw.ns, "nft", "-j", "list", "counters"],
+                                 capture_output=True, text=True, check=False)
+            if out.returncode != 0:
+                raise ActionFailed(f"nft in {gw.ns}: exit status {out.returncode}: "
+                                   f"{out.stderr.strip()}", out.returncode)
+            return str(legacy_gateway.forwarded_packets(out.stdout))
+        commands, checked = bgpd_commands(p, action, values)
+        argv_ = [vtysh, *frr.vtysh(gw.ns, *commands).argv[1:]]
+        done = subprocess.run(argv_, capture_output=True, text=True, check=False)
+    except (DeployError, topology.TopologyError, OSError) as exc:
+        raise ActionFailed(f"error: {exc}", 2) from None
+    if done.returncode != 0 and checked:
+        raise ActionFailed(f"vtysh in {gw.ns}: exit status {done.returncode}: "
+                           f"{(done.stderr or done.stdout).strip()[-400:]}", done.returncode)
+    return ""
+
+
+class InProcessAdapter:
+    """The same actions as the command adapter over this module, run in the caller's process.
+
+    The emulator's migration uses it: a command per action is a Python interpreter that imports
+    the emulator before it does anything, and on the emulator's saturated CPUs (the workload,
+    the probe, every router) one such start took over the adapter's 10 s timeout, so a
+    migration's parity could not even read the legacy counters. The command adapter drives the
+    same functions (tests/integration/test_legacy_adapter_frr.py); what an operator's command
+    does is theirs."""
+
+    def __init__(self, topology_file: Path | None = None) -> None:
+        self.topology_file = topology_file
+
+    def _run(self, action: str, gateway: str, *values: str) -> str:
+        try:
+            return run_action(_plan(self.topology_file), SUBCOMMANDS[action], gateway, values)
+        except (ActionFailed, DeployError, topology.TopologyError) as exc:
+            raise LegacyActionError(action, gateway, str(exc)) from None
+
+    def set_weight(self, gateway: str, bandwidth_mbps: int) -> None:
+        """Announce with link bandwidth, not drained."""
+        self._run("set_weight", gateway, str(int(bandwidth_mbps)))
+
+    def drain(self, gateway: str) -> None:
+        """Graceful shutdown."""
+        self._run("drain", gateway)
+
+    def withdraw(self, gateway: str, prefixes: Sequence[str] = ()) -> None:
+        """Stop announcing `prefixes` (every prefix when empty)."""
+        self._run("withdraw", gateway, *prefixes)
+
+    def restore(self, gateway: str, prefixes: Sequence[str] = ()) -> None:
+        """Announce again; with no prefixes, as before the migration."""
+        self._run("restore", gateway, *prefixes)
+
+    def forwarded_packets(self, gateway: str) -> int:
+        """The nftables `forwarded` counters of the gateway."""
+        out = self._run("forwarded_packets", gateway).strip()
+        if not out.isdigit():
+            raise LegacyActionError("forwarded_packets", gateway, f"not a count: {out!r}")
+        return int(out)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one action; 0 on success, else an error on stderr and a non-zero status."""
     ap = argparse.ArgumentParser(prog=MODULE, description=__doc__.split("\n")[0])
@@ -131,29 +209,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("values", nargs="*")
     args = ap.parse_args(argv)
     try:
-        p = _plan(args.topology)
-        gw = _gateway(p, args.gateway)
-        if args.action == "forwarded-packets":
-            if args.values:
-                raise DeployError(f"forwarded-packets takes no value: {args.values}")
-            out = subprocess.run([args.ip, "netns", "exec", gw.ns, "nft", "-j", "list",
-                                  "counters"], capture_output=True, text=True, check=False)
-            if out.returncode != 0:
-                print(f"nft in {gw.ns}: exit status {out.returncode}: {out.stderr.strip()}",
-                      file=sys.stderr)
-                return out.returncode
-            print(legacy_gateway.forwarded_packets(out.stdout))
-            return 0
-        commands, checked = bgpd_commands(p, args.action, args.values)
-        argv_ = [args.vtysh, *frr.vtysh(gw.ns, *commands).argv[1:]]
-        done = subprocess.run(argv_, capture_output=True, text=True, check=False)
+        out = run_action(_plan(args.topology), args.action, args.gateway, args.values,
+                         args.vtysh, args.ip)
     except (DeployError, topology.TopologyError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if done.returncode != 0 and checked:
-        print(f"vtysh in {gw.ns}: exit status {done.returncode}: "
-              f"{(done.stderr or done.stdout).strip()[-400:]}", file=sys.stderr)
-        return done.returncode
+    except ActionFailed as exc:
+        print(str(exc), file=sys.stderr)
+        return exc.status
+    if out:
+        print(out)
     return 0
 
 

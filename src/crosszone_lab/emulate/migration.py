@@ -42,7 +42,6 @@ from crosszone.fastpath.maps_io import GatewayMaps
 from crosszone.fastpath.parity import drift
 from crosszone.linux.netns import in_netns
 from crosszone.migrate.agent_driver import AgentDriver, LegacySide, ProbeRound, standby
-from crosszone.migrate.deployment_file import make_adapter
 from crosszone.migrate.engine import read_state
 from crosszone.migrate.plan import Plan
 from crosszone.store.objects import join_objects
@@ -688,12 +687,10 @@ def agents_manage_routing(dep: Deployment, store: Store | None = None) -> bool:
 
 
 def legacy_adapter() -> LegacySide:
-    """The product's command adapter over the emulator's legacy-gateway commands (vtysh in
-    their namespaces): crosszone_lab.emulate.legacy_adapter_commands."""
-    try:
-        return make_adapter(legacy_adapter_commands.adapter_section())
-    except ValueError as exc:  # DeploymentError: a section the adapter refuses (a bug)
-        raise MigrationDriverError(f"the legacy gateways' adapter: {exc}") from None
+    """The emulator's legacy-gateway actions (vtysh in their namespaces), in this process:
+    crosszone_lab.emulate.legacy_adapter_commands.InProcessAdapter (why not the command
+    adapter's process per action: its docstring)."""
+    return legacy_adapter_commands.InProcessAdapter()
 
 
 def take_crosszone_in(dep: Deployment, store: Store, driver: AgentDriver) -> None:

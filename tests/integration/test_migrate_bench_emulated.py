@@ -22,8 +22,9 @@ from crosszone_lab.emulate import deploy
 MAX_LOSS_SHARE = 0.002
 MAX_FAILED_SHARE = 0.001
 FIELDS = {"migration", "step", "weight_new", "lost", "lost_to_storage", "lost_to_compute",
-          "max_gap_ms", "failed_requests", "converge_ms", "announce_ms", "update_rcvd_ms",
-          "written_ms", "after_update_ms"}
+          "max_gap_ms", "failed_requests", "converge_ms", "kernel_converge_ms", "driver",
+          "applied_ms", "share", "announce_ms", "update_rcvd_ms", "written_ms",
+          "after_update_ms"}
 
 
 def test_both_migrations_under_the_workload_lose_nothing(tmp_path: Path) -> None:
@@ -47,7 +48,10 @@ def test_both_migrations_under_the_workload_lose_nothing(tmp_path: Path) -> None
     assert [(d["migration"], d["weight_new"]) for d in steps] == [
         ("legacy->crosszone", 10), ("legacy->crosszone", 50), ("legacy->crosszone", 100),
         ("crosszone->legacy", 10), ("crosszone->legacy", 50), ("crosszone->legacy", 100)]
-    assert all(set(d) == FIELDS for d in steps)
+    assert all(set(d) == FIELDS for d in steps), [sorted(set(d) ^ FIELDS) for d in steps]
+    # both convergence figures on every line: the driver's own and the routers' kernels'
+    assert all(d["kernel_converge_ms"] is not None and d["driver"] in ("agents", "emulator")
+               for d in steps), steps
     assert all(d["converge_ms"] is not None and d["converge_ms"] > 0 for d in steps)
     # every step changed some route at the routers, before both kernels held its weights
     assert all(d["update_rcvd_ms"] is not None and 0 < d["update_rcvd_ms"] <= d["converge_ms"]

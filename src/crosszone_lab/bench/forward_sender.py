@@ -88,7 +88,9 @@ class CzSender:
 
 
 class LiveFramesSender:
-    """The former generator: live-frames test runs of cz_bench_gen with ingress g0."""
+    """The former generator: live-frames test runs of cz_bench_gen with ingress g0. Only
+    built after forward.check_sender's probe (fastpath/live_frames.py) found live frames
+    allowed; where refused, `bench forward --sender live_frames` ends in one line, exit 2."""
 
     def __init__(self, gen_obj: Path, ns: str, g0: int, frame: bytes, seconds: float,
                  cpu: int) -> None:

@@ -382,6 +382,27 @@ class EtcdStore(Store):
         out = self._post("/v3/kv/txn", {"success": ops})
         return int(out["header"]["revision"])
 
+    def put_if(self, key: str, value: bytes | None, revision: int) -> int | None:
+        """One transaction comparing the key's mod_revision (0: absent) before writing. A retry
+        on another member after a lost reply that had committed compares against the revision
+        it wrote itself and reports a conflict: the caller reads again, as for any conflict."""
+        full = _b64(self.root + key)
+        op = ({"requestDeleteRange": {"key": full}} if value is None
+              else {"requestPut": {"key": full, "value": _b64(value)}})
+        out = self._post("/v3/kv/txn", {
+            "compare": [{"key": full, "target": "MOD", "result": "EQUAL",
+                         "mod_revision": str(revision)}],
+            "success": [op]})
+        return int(out["header"]["revision"]) if out.get("succeeded") else None
+
+    def get_versioned(self, key: str) -> tuple[bytes | None, int]:
+        """One key's value and its mod_revision ((None, 0): absent)."""
+        out = self._post("/v3/kv/range", {"key": _b64(self.root + key)})
+        kvs = out.get("kvs") or []
+        if not kvs:
+            return None, 0
+        return _unb64(kvs[0].get("value", "")), int(kvs[0]["mod_revision"])
+
     def get_prefix(self, prefix: str) -> tuple[dict[str, bytes], int]:
         """Every key under prefix at one revision."""
         full = self.root + prefix

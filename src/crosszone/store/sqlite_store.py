@@ -63,9 +63,35 @@ class SqliteStore(Store):
 
     def put_many(self, items: Mapping[str, bytes | None]) -> int:
         """Write all items in one transaction with one new revision."""
-        def tx(db: sqlite3.Connection) -> int:
+        rev = self._write(items, None)
+        assert rev is not None
+        return rev
+
+    def put_if(self, key: str, value: bytes | None, revision: int) -> int | None:
+        """Write one key only while its revision is still `revision` (0: absent); the check
+        and the write are one IMMEDIATE transaction, so a concurrent writer waits for it."""
+        return self._write({key: value}, (key, revision))
+
+    def get_versioned(self, key: str) -> tuple[bytes | None, int]:
+        """One key's value and the revision that wrote it ((None, 0): absent)."""
+        row = self._run(lambda db: db.execute("SELECT value, rev FROM kv WHERE key=?",
+                                              (key,)).fetchone())
+        if row is None:
+            return None, 0
+        return bytes(row[0]), int(row[1])  # type: ignore[index]
+
+    def _write(self, items: Mapping[str, bytes | None], expect: tuple[str, int] | None
+               ) -> int | None:
+        """One transaction with one new revision; None (nothing written) when `expect`'s key
+        was last written at another revision."""
+        def tx(db: sqlite3.Connection) -> int | None:
             db.execute("BEGIN IMMEDIATE")
             try:
+                if expect is not None:
+                    row = db.execute("SELECT rev FROM kv WHERE key=?", (expect[0],)).fetchone()
+                    if (int(row[0]) if row else 0) != expect[1]:
+                        db.execute("ROLLBACK")
+                        return None
                 rev = db.execute("SELECT value FROM meta WHERE name='revision'").fetchone()[0] + 1
                 db.execute("UPDATE meta SET value=? WHERE name='revision'", (rev,))
                 puts = [(k, v, rev) for k, v in items.items() if v is not None]
@@ -79,13 +105,15 @@ class SqliteStore(Store):
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
-            return rev
-        rev = int(self._run(tx))  # type: ignore[call-overload]
+            return int(rev)
+        done = self._run(tx)
+        if done is None:
+            return None
         self._rows_since += len(items)
         if self._rows_since >= max(1, self.max_log_rows // 4):
             self._rows_since = 0
             self.compact_if_large()
-        return rev
+        return int(done)  # type: ignore[call-overload]
 
     def log_rows(self) -> int:
         """Rows in the change log."""

@@ -84,6 +84,18 @@ class Store(ABC):
         items, _ = self.get_prefix(key)
         return items.get(key)
 
+    def get_versioned(self, key: str) -> tuple[bytes | None, int]:
+        """One key's value and the revision that last wrote it (None, 0: absent): what
+        `put_if` compares against."""
+        raise NotImplementedError(f"{type(self).__name__} has no compare-and-swap")
+
+    def put_if(self, key: str, value: bytes | None, revision: int) -> int | None:
+        """Write `value` (None: delete) to `key` only while the revision that last wrote the key
+        is still `revision` (0: only while the key is absent); the write's revision, or None
+        when another writer changed the key first (nothing written). Two writers that read the
+        same revision cannot both succeed."""
+        raise NotImplementedError(f"{type(self).__name__} has no compare-and-swap")
+
 
 def open_store(url: str, env: Mapping[str, str] | None = None) -> Store:
     """A store from its URL: sqlite:///path.db, etcd://[user@]host:port[,host:port...] or

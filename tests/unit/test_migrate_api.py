@@ -35,13 +35,18 @@ def test_operations_need_the_token_and_are_queued(setup) -> None:
     store, api = setup
     plan = Plan(canary="b", steps=(10, 100)).to_json()
     assert api.post("/v1/migration/start", json=plan).status_code == 401
-    assert store.get(eng.COMMAND) is None
+    assert store.get_prefix(eng.OP_PREFIX)[0] == {}
     r = api.post("/v1/migration/start", json=plan, headers=AUTH)
     assert r.status_code == 200 and r.json()["queued"] == "start"
     assert r.json()["runner_alive"] is False
-    cmd = json.loads(store.get(eng.COMMAND) or b"{}")
+    op = r.json()["op"]
+    cmd = json.loads(store.get(eng.OP_PREFIX + op["id"]) or b"{}")
     assert cmd["op"] == "start" and cmd["plan"]["steps"] == [10, 100]
-    assert cmd["reason"] == "controller API"
+    assert cmd["reason"] == "controller API" and cmd["status"] == "queued"
+    assert cmd["runner"] is None  # no runner alive: the next runner expires it
+    got = api.get(f"/v1/migration/ops/{op['id']}").json()
+    assert got["op"] == "start" and got["status"] == "queued"
+    assert api.get("/v1/migration/ops/nope").status_code == 404
 
 
 def test_operation_that_does_not_apply_is_409(setup) -> None:
@@ -62,4 +67,5 @@ def test_status_follows_the_store(setup) -> None:
     assert (doc["state"], doc["step"], doc["weight_new"]) == ("shifting", 2, 25)
     assert doc["guards"][0]["ok"] is True
     r = api.post("/v1/migration/pause", headers=AUTH)
-    assert r.status_code == 200 and json.loads(store.get(eng.COMMAND) or b"{}")["op"] == "pause"
+    assert r.status_code == 200
+    assert json.loads(store.get(eng.OP_PREFIX + r.json()["op"]["id"]) or b"{}")["op"] == "pause"

@@ -90,7 +90,7 @@ def test_full_migration_walks_every_step_then_waits_for_finish(setup) -> None:
     assert st.state == "shifted" and st.weight_new == 100 and st.step == 3
     assert drv.weights == [10, 50, 100]
     events = [h["event"] for h in eng.read_state(store).history]
-    assert events[:3] == ["start", "canary_on", "runner_attached"]
+    assert events[:3] == ["start", "canary_on", "canary_ok"]  # the runner that started: no attach
     assert events.count("step") == 3 and events.count("step_ok") == 3
     # each step dwelt at least the plan's dwell
     steps = [h["t"] for h in st.history if h["event"] == "step"]
@@ -126,7 +126,10 @@ def test_parity_failure_refuses_and_writes_nothing(setup) -> None:
     e = _engine(store, drv, clock)
     with pytest.raises(eng.Refused, match="xgw2: BGP session"):
         e.start(PLAN)
-    assert store.get(eng.KEY) is None and not drv.canary_on and drv.weights == []
+    assert not drv.canary_on and drv.weights == []
+    st = eng.read_state(store)  # the state stays 'none', and says why the start was refused
+    assert st.state == "none" and "xgw2: BGP session with 10.10.4.1 is Idle" in (st.reason or "")
+    assert [h["event"] for h in st.history] == ["start_refused"]
 
 
 def test_guard_breach_rolls_back_to_last_good_step_and_says_why(setup) -> None:
@@ -166,9 +169,12 @@ def test_commands_pause_resume_rollback_through_the_store(setup) -> None:
     e = _engine(store, drv, clock)
     e.start(PLAN)
     e.run(stop=lambda s: s.state == "shifting", timeout=100)
-    eng.submit(store, "pause", clock)
+    e.acquire()  # a runner is alive: operations are queued for it
+    op = eng.submit(store, "pause", clock)
     st = e.run(stop=lambda s: s.state == "paused", timeout=5)
     assert st.state == "paused"
+    assert eng.op_queue.read(store, op["id"], clock())["status"] == "done"
+    e.acquire()
     held = st.step
     clock.t += 100  # a long pause moves nothing
     e.tick()
@@ -176,6 +182,7 @@ def test_commands_pause_resume_rollback_through_the_store(setup) -> None:
     eng.submit(store, "resume", clock)
     st = e.run(stop=lambda s: s.state == "shifting", timeout=5)
     assert st.state == "shifting"
+    e.acquire()
     eng.submit(store, "rollback", clock)
     st = e.run(timeout=5)
     assert st.state == "rolled_back" and drv.weight == 0
@@ -198,8 +205,8 @@ def test_a_killed_runner_resumes_at_its_step_and_reasserts_the_weight(setup) -> 
     e = _engine(store, drv, clock)
     e.start(PLAN)
     e.run(stop=lambda s: s.state == "shifting" and s.step == 2, timeout=100)
-    # kill -9: the engine object is gone, the heartbeat stays behind
-    e.heartbeat()
+    # kill -9: the engine object is gone, its lease stays behind until it expires
+    e.acquire()
     assert eng.runner_alive(store, clock())
     clock.t += eng.RUNNER_TIMEOUT_S + 1
     assert not eng.runner_alive(store, clock())

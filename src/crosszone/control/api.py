@@ -9,7 +9,8 @@ field), and nothing is written.
     POST /v1/pools/{pool}/prefixes?dry_run=  {add, remove}  -> revision
     GET  /v1/status                                      -> desired revision, each gateway's report
     GET  /v1/migration                                   -> the migration state (docs/migrate.md)
-    POST /v1/migration/{start|pause|resume|rollback|finish}  -> the command, queued for the runner
+    POST /v1/migration/{start|pause|resume|rollback|finish}  -> the operation, queued for the runner
+    GET  /v1/migration/ops/{id}                          -> what became of a queued operation
     GET  /v1/dashboard?window=&step=                     -> what the dashboard draws
     GET  /metrics                                        -> the controller's Prometheus metrics
     GET  /dashboard, /dashboard/static/*, /dashboard/charts/*.svg   -> the live dashboard
@@ -49,7 +50,9 @@ from crosszone.control.dashboard_routes import add_dashboard
 from crosszone.control.service import Controller
 from crosszone.intent.errors import InvalidIntentError
 from crosszone.migrate import engine as migration
-from crosszone.migrate.plan import Plan
+from crosszone.migrate import op_queue
+from crosszone.migrate.plan import PlanError
+from crosszone.migrate.plan_schema import plan_from_bytes
 from crosszone.store.store import StoreUnavailable
 
 # Measured with bench.control.synthetic: 1M routes + 100k compact hosts are 26.4 MB of YAML
@@ -293,26 +296,43 @@ def create_app(controller: Controller, token: str, max_body: int = DEFAULT_MAX_B
         """Queue an operation for the migration runner (start takes the plan as JSON).
 
         The controller holds no driver: the runner (`crosszone migrate start|resume|run`)
-        performs the command at its next tick; `runner_alive` says whether one is attached."""
+        performs the operation at its next tick and answers it (GET /v1/migration/ops/{id});
+        `runner_alive` says whether one is attached (an operation queued while none is alive
+        expires instead of being performed later). A plan the schema refuses is a 422 naming
+        the field; an operation that does not apply (or a stored migration that cannot be
+        used) a 409 saying why."""
         body = await request.body()
 
         def work() -> dict[str, Any]:
+            if op not in migration.OPS:
+                raise HTTPException(404, f"unknown operation {op!r} (one of "
+                                    f"{', '.join(migration.OPS)})")
             plan = None
             if op == "start":
                 try:
-                    plan = Plan.from_json(json.loads(body or b"{}") or Plan().to_json())
-                except (ValueError, TypeError, KeyError) as exc:
-                    raise HTTPException(422, f"start needs a plan (JSON): {exc}") from None
+                    plan = plan_from_bytes(body)
+                except PlanError as exc:
+                    raise HTTPException(422, str(exc)) from None
             try:
-                migration.submit(controller.store, op, plan=plan, reason="controller API")
+                queued = migration.submit(controller.store, op, plan=plan,
+                                          reason="controller API")
             except migration.MigrationError as exc:
-                raise HTTPException(409 if op in migration.OPS else 404, str(exc)) from None
+                raise HTTPException(409, str(exc)) from None
             doc = migration.status(controller.store)
             doc["queued"] = op
-            doc["runner_alive"] = migration.runner_alive(controller.store, time.time())
+            doc["op"] = queued
             return doc
 
         return await run_in_threadpool(_guard, work)
+
+    @app.get("/v1/migration/ops/{op_id}")
+    async def migration_op_answer(op_id: str) -> dict[str, Any]:
+        """One queued operation and what became of it (queued, running, done, refused, expired;
+        `why` for the last two)."""
+        doc = await read(lambda: op_queue.read(controller.store, op_id, time.time()))
+        if doc is None:
+            raise HTTPException(404, f"no migration operation {op_id!r}")
+        return dict(doc)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:

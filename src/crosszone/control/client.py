@@ -64,8 +64,13 @@ class Client:
         return self._call("GET", "/v1/migration")
 
     def migration_op(self, op: str, plan: dict[str, Any] | None = None) -> dict[str, Any]:
-        """POST /v1/migration/{op} (start takes the plan), queued for the runner."""
+        """POST /v1/migration/{op} (start takes the plan), queued for the runner; the answer's
+        `op` is the queued operation (its `id` for migration_op_answer)."""
         return self._call("POST", f"/v1/migration/{op}", json=plan if plan is not None else {})
+
+    def migration_op_answer(self, op_id: str) -> dict[str, Any]:
+        """GET /v1/migration/ops/{id}: a queued operation and what became of it."""
+        return self._call("GET", f"/v1/migration/ops/{op_id}")
 
     def close(self) -> None:
         """Close the connection pool."""

@@ -10,9 +10,12 @@ The same command for a real deployment and for the emulator. What it drives come
   emulator registers its own, for a deployment brought up by `crosszone emulate up`.
 
 The migration state lives in the store. Exactly one process, the runner, performs a migration:
-the `start` that began it, or a `resume`/`finish` run after it stopped (a held position:
-paused, or all traffic moved), or after it was killed. While a runner is alive, the other
-commands (and the controller's API) queue a command for it and wait until it took effect.
+the one that holds the runner's lease (engine.py, lease.py): the `start` that began it, or a
+`resume`/`finish` run after it stopped (a held position: paused, or all traffic moved), or
+after it was killed. While a runner is alive, the other commands (and the controller's API)
+queue an operation for it and wait for its answer (done, refused and why, expired); when the
+runner died meanwhile (its lease expired), the command withdraws its operation and becomes the
+runner itself. A second runner beside a live one refuses, naming the owner, and exits 1.
 """
 
 from __future__ import annotations
@@ -30,7 +33,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from crosszone.migrate import engine as eng
+from crosszone.migrate import lease as leases
+from crosszone.migrate import op_queue
+from crosszone.migrate.lease import LeaseError
 from crosszone.migrate.plan import Plan, PlanError, load_guards, parse_dwell, parse_steps
+from crosszone.migrate.plan_schema import checked
 from crosszone.store.store import Store, open_store
 
 #: States in which a CLI runner stops and hands the decision back to the operator.
@@ -38,6 +45,10 @@ HELD = ("paused", "shifted")
 #: The store an agent uses by default (`crosszone agent --store`).
 DEFAULT_STORE = "sqlite:///var/lib/crosszone/state.db"
 DEPLOYMENT_ENV = "CROSSZONE_MIGRATION"
+#: How long `migrate finish` runs the drain by default before it hands back (`--timeout`).
+FINISH_TIMEOUT = "30m"
+#: How often a command that queued an operation reads its answer.
+POLL_S = 0.2
 
 
 @dataclass
@@ -121,6 +132,8 @@ def _print(doc: dict[str, Any], as_json: bool) -> None:
     c = Console()
     c.print(f"state [bold]{doc['state']}[/bold], step {doc['step']}, "
             f"weight on new gateways {doc['weight_new']}%")
+    if doc.get("error"):
+        c.print(f"[red]error: {escape(str(doc['error']))}[/red]", highlight=False)
     if doc.get("reason"):
         c.print(f"reason: {escape(str(doc['reason']))}", highlight=False)
     for g in doc.get("guards", []):
@@ -142,8 +155,8 @@ def make_plan(source: str, target: str, canary: str | None, steps: str, dwell: s
               guards: Path | None) -> Plan:
     """A Plan from the command-line options (PlanError on a bad one)."""
     d = parse_dwell(dwell)
-    return Plan(source=source, target=target, canary=canary, steps=parse_steps(steps),
-                dwell_s=d, canary_dwell_s=d, limits=load_guards(guards))
+    return checked(Plan(source=source, target=target, canary=canary, steps=parse_steps(steps),
+                        dwell_s=d, canary_dwell_s=d, limits=load_guards(guards)))
 
 
 class _Runner:
@@ -157,13 +170,24 @@ class _Runner:
         if beat is not None:  # a move that waits keeps the heartbeat (agent_driver)
             self.driver.beat = self.engine.heartbeat  # type: ignore[attr-defined]
 
-    def run(self) -> eng.State:
-        """Be the runner until the migration is final or held for the operator."""
+    def run(self, timeout: float | None = None) -> eng.State:
+        """Be the runner until the migration is final or held for the operator (or `timeout`
+        seconds passed)."""
         try:
-            return self.engine.run(stop=lambda s: s.state in eng.FINAL or s.state in HELD)
+            return self.engine.run(stop=lambda s: s.state in eng.FINAL or s.state in HELD,
+                                   timeout=timeout)
         except self.dep.errors as exc:
             raise fail(f"the driver failed: {exc} (the state is kept: `crosszone migrate "
                         "resume` continues from it)") from None
+        except LeaseError as exc:
+            raise fail(str(exc)) from None
+
+    def acquire(self) -> None:
+        """Take the runner's lease (exit 1 naming the owner of a live one)."""
+        try:
+            self.engine.acquire()
+        except LeaseError as exc:
+            raise fail(str(exc)) from None
 
     def close(self) -> None:
         self.dep.close(self.driver)
@@ -244,6 +268,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         s = _store(store, dep)
         runner = _Runner(s, dep)
         try:
+            runner.acquire()
             try:
                 runner.engine.start(plan)
             except eng.MigrationError as exc:
@@ -252,6 +277,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                 raise fail(f"the driver failed: {exc}") from None
             runner.run()
         finally:
+            runner.engine.release()
             runner.close()
         _print(eng.status(s), as_json)
 
@@ -262,7 +288,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         dep = find_deployment(dep_file) if store is None else None
         _print(eng.status(_store(store, dep)), as_json)
 
-    def operate(op: str, store: str | None, dep_file: Path | None, as_json: bool) -> None:
+    def operate(op: str, store: str | None, dep_file: Path | None, as_json: bool,
+                timeout: float | None = None) -> None:
         dep = deployment(dep_file) if store is None or dep_file else None
         s = _store(store, dep)
         try:
@@ -270,15 +297,18 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         except eng.MigrationError as exc:
             raise fail(str(exc)) from None
         if eng.runner_alive(s, time.time()):
-            before = len(eng.read_state(s).history)
-            eng.submit(s, op)
-            deadline = time.time() + 30
-            while time.time() < deadline and len(eng.read_state(s).history) == before:
-                time.sleep(0.2)
-            _print(eng.status(s), as_json)
-            return
+            answer = _queue_and_wait(s, op)
+            if answer is not None:
+                _print(eng.status(s), as_json)
+                if answer["status"] != op_queue.DONE:
+                    raise fail(f"{op} {answer['status']}: {answer.get('why')}")
+                return
+            _log(f"the runner stopped before it took the {op} (its lease expired): this "
+                 "command performs it and runs the migration itself")
         runner = _Runner(s, dep or deployment(dep_file))
+        st = None
         try:
+            runner.acquire()
             try:
                 runner.engine.apply(op)
             except eng.MigrationError as exc:
@@ -286,20 +316,51 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             except runner.dep.errors as exc:
                 raise fail(f"the driver failed: {exc}") from None
             if op in ("resume", "finish"):
-                runner.run()
+                st = runner.run(timeout)
         finally:
+            runner.engine.release()
             runner.close()
         _print(eng.status(s), as_json)
+        if op == "finish" and st is not None and st.state == "draining":
+            raise fail(f"the drain did not end within {timeout:g} s (--timeout): the "
+                       f"{st.the_plan.source} gateways still forwarded; the migration stays "
+                       "draining: `finish` again goes on, `rollback` ends it")
 
     for op, doc in (("pause", "Hold the current step (guards still read)."),
                     ("resume", "Continue from the current step (also after a killed runner)."),
-                    ("rollback", "All traffic back to the old gateways at once."),
-                    ("finish", "Drain the old gateways, verify they are idle, withdraw them.")):
+                    ("rollback", "All traffic back to the old gateways at once.")):
         def command(store: str | None = store_opt, dep_file: Path | None = dep_opt,
                     as_json: bool = json_opt, _op: str = op) -> None:
             operate(_op, store, dep_file, as_json)
         command.__doc__ = doc
         mig.command(op)(command)
+
+    @mig.command("finish")
+    def finish(store: str | None = store_opt, dep_file: Path | None = dep_opt,
+               as_json: bool = json_opt,
+               timeout: str = typer.Option(FINISH_TIMEOUT, "--timeout", help="How long this "
+                                           "command runs the drain before it hands back "
+                                           "(exit 1, the migration still draining).")) -> None:
+        """Drain the old gateways, verify they are idle, withdraw them."""
+        try:
+            limit = parse_dwell(timeout)
+        except PlanError as exc:
+            raise fail(str(exc).replace("--dwell", "--timeout"), 2) from None
+        operate("finish", store, dep_file, as_json, limit)
+
+    @mig.command("ops")
+    def ops(store: str | None = store_opt, dep_file: Path | None = dep_opt,
+            as_json: bool = json_opt) -> None:
+        """The last operations queued for the runner and what became of each."""
+        dep = find_deployment(dep_file) if store is None else None
+        docs = op_queue.recent(_store(store, dep), time.time(), n=20)
+        if as_json:
+            print(json.dumps(docs))
+            return
+        for d in docs:
+            Console().print(escape(f"{d['id']} {d.get('op', '?')} {d['status']}"
+                                   + (f": {d['why']}" if d.get("why") else "")),
+                            highlight=False)
 
     @mig.command("run")
     def run(store: str | None = store_opt, dep_file: Path | None = dep_opt) -> None:
@@ -307,7 +368,34 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         dep = deployment(dep_file)
         runner = _Runner(_store(store, dep), dep)
         try:
-            runner.engine.run(stop=lambda _s: False)
+            runner.acquire()
+            try:
+                runner.engine.run(stop=lambda _s: False)
+            except LeaseError as exc:
+                raise fail(str(exc)) from None
         finally:
+            runner.engine.release()
             runner.close()
 
+
+def _queue_and_wait(store: Store, op: str) -> dict[str, Any] | None:
+    """Queue `op` for the live runner and wait for its answer; None when the runner died
+    before taking it (its lease expired; the operation is withdrawn: the caller acts)."""
+    try:
+        doc = eng.submit(store, op)
+    except eng.MigrationError as exc:
+        raise fail(str(exc)) from None
+    while True:
+        now = time.time()
+        ans = op_queue.read(store, doc["id"], now) or {"status": op_queue.REFUSED,
+                                                       "why": "its document was removed"}
+        if ans["status"] in op_queue.ANSWERED:
+            return ans
+        live = leases.alive(store, now)
+        if live is None or live["owner"]["nonce"] != doc["runner"]:
+            if op_queue.withdraw(store, doc["id"], now, "its runner stopped before taking it"):
+                return None
+            if ans["status"] == op_queue.RUNNING:
+                return {"status": "unanswered", "why": "the runner stopped while performing it: "
+                        "`crosszone migrate status` says where the migration stands"}
+        time.sleep(POLL_S)

@@ -4,12 +4,29 @@ The engine never touches a network itself: a `Driver` announces weights, runs pr
 guards (the emulator implements one, `emulate/migration.py`; unit tests use a fake). Everything
 the engine decides is persisted in the store under `migration/state` before it acts on the next
 thing, so a killed runner (or controller) resumes where it was: `resume` re-asserts the weight
-of the step it was in and continues that step's dwell.
+of the step it was in and continues that step's dwell from when the step began.
 
-Operators act through commands (`migration/command`): `crosszone migrate pause|resume|rollback|
-finish` and the controller's POST /v1/migration/{op} write one, and the runner, the one process
-that holds the driver, performs it at its next tick. The runner proves it is alive with a
-heartbeat (`migration/runner`); when none is alive, the CLI becomes the runner itself.
+Exactly one process, the runner, writes the state: it holds the lease `migration/runner`
+(`lease.py`: an owner, renewed during long actions, taken over only once expired, released only
+by its owner), and it writes the state by compare-and-swap, so a runner that lost its lease
+cannot overwrite what its successor wrote (`Superseded`). The state is written when it changed
+(guard values alone at most every GUARDS_SAVE_S), before and after each move (`moving_to`: a
+kill mid-move is found and the routing put back where the state says), and its history keeps
+the last HISTORY_KEEP entries, older ones folded into one summary entry.
+
+Operators act through a queue of operations (`op_queue.py`, `migration/op/<id>`):
+`crosszone migrate pause|resume|rollback|finish` and the controller's POST /v1/migration/{op}
+queue one for the live runner, which performs it at its next tick and answers it (done,
+refused and why, expired); when no runner is alive, the CLI becomes the runner itself.
+
+What comes from the store is checked before it is used: the state document field by field, its
+plan by the plan schema (`plan_schema.py`). A state that cannot be used reads as such
+(`error` says why; `unreadable` when the document itself is not one) and every operation on it
+is refused with that reason, instead of a runner or the API failing on it.
+
+The latency baseline that `small_p99_factor` divides by (a driver's `baseline_p99_ms`, taken
+during the canary, before the first step) is kept in the state (`baselines`) and handed back to
+the driver of a resumed runner, so it is not taken again mid-migration.
 
 Time is injected (`clock`, `sleep`) so that tests run a whole migration in milliseconds.
 """
@@ -17,45 +34,58 @@ Time is injected (`clock`, `sleep`) so that tests run a whole migration in milli
 from __future__ import annotations
 
 import json
-import os
-import socket
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from crosszone.migrate.plan import CANARY_DOCS, GUARD_DOCS, Plan
+from crosszone.migrate import lease as leases
+from crosszone.migrate import op_queue
+from crosszone.migrate.lease import Lease, LeaseError, LeaseLost
+from crosszone.migrate.plan import CANARY_DOCS, GUARD_DOCS, Plan, PlanError
+from crosszone.migrate.plan_schema import checked, plan_from_json
+from crosszone.migrate.record import ACTIVE as ACTIVE
+from crosszone.migrate.record import FINAL as FINAL
+from crosszone.migrate.record import HISTORY_KEEP as HISTORY_KEEP
+from crosszone.migrate.record import KEY as KEY
+from crosszone.migrate.record import UNREADABLE as UNREADABLE
+from crosszone.migrate.record import MigrationError as MigrationError
+from crosszone.migrate.record import State as State
+from crosszone.migrate.record import decode, fold_history, num
 from crosszone.store.store import Store
 
-KEY = "migration/state"
-COMMAND = "migration/command"
-RUNNER = "migration/runner"
+RUNNER = leases.RUNNER
+OP_PREFIX = op_queue.OP_PREFIX
 
-#: States in which a runner has work to do (or holds a position under monitoring).
-ACTIVE = ("canary", "shifting", "paused", "shifted", "draining")
-#: States after which nothing happens until a new `start`.
-FINAL = ("none", "finished", "rolled_back")
 OPS = ("start", "pause", "resume", "rollback", "finish")
 #: Keys of a driver's `last_move` that the history keeps with each weight move.
 MOVE_DETAILS = ("applied_ms", "share", "share_reached")
-#: A runner whose heartbeat is older than this is taken for dead (kill -9 leaves no goodbye).
-RUNNER_TIMEOUT_S = 5.0
-
-
-class MigrationError(RuntimeError):
-    """An operation that does not apply to the current state, or a refused start."""
+#: A runner whose lease was not renewed for this long is taken for dead (kill -9 leaves no
+#: goodbye); its lease may then be taken over.
+RUNNER_TIMEOUT_S = leases.LEASE_TTL_S
+#: Guard values that changed, and nothing else, are written at most this often.
+GUARDS_SAVE_S = 5.0
+#: The driver attribute that holds its latency baseline (ms), if it has one.
+BASELINE_ATTR = "baseline_p99_ms"
 
 
 class Refused(MigrationError):
-    """`start` refused by the parity check; nothing was changed."""
+    """`start` refused by the parity check (or its plan); nothing was changed."""
 
     def __init__(self, problems: list[str]) -> None:
         super().__init__("migration refused, nothing changed:\n  " + "\n  ".join(problems))
         self.problems = problems
 
 
+class Superseded(LeaseLost):
+    """Another writer changed the migration state since this runner read it: it stops."""
+
+
 class Driver(Protocol):
-    """What the engine needs of a deployment."""
+    """What the engine needs of a deployment.
+
+    Optional: a `baseline_p99_ms` attribute (the latency the `small_p99_factor` guard divides
+    by). The engine stores it once the canary took it and sets it back on the driver of a
+    resumed runner (BASELINE_ATTR)."""
 
     def parity(self, plan: Plan) -> list[str]:
         """Why the target gateways cannot take traffic (empty: they can)."""
@@ -88,73 +118,31 @@ class Driver(Protocol):
         ...
 
 
-@dataclass
-class State:
-    """The persisted migration (`migration/state`; contract: state, step, weight_new, history,
-    guards; the rest is the engine's own bookkeeping)."""
-
-    state: str = "none"
-    step: int = 0                       # index into plan.steps, 1-based (0: before any)
-    weight_new: int = 0
-    history: list[dict[str, Any]] = field(default_factory=list)
-    guards: list[dict[str, Any]] = field(default_factory=list)
-    plan: dict[str, Any] | None = None
-    since: float = 0.0                  # clock when the current dwell began
-    last_good: int = 0                  # last step whose dwell held (0: canary)
-    paused_from: str | None = None      # state to go back to on resume
-    reason: str | None = None           # why the last automatic action was taken
-    retired: list[str] = field(default_factory=list)
-    drain_mark: int | None = None       # source packet counter when the drain dwell began
-
-    def to_json(self) -> dict[str, Any]:
-        """The stored document."""
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> State:
-        """A stored document (unknown keys ignored: a newer writer may add some)."""
-        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
-
-    @property
-    def the_plan(self) -> Plan:
-        """The plan this migration runs (raises if there is none)."""
-        if self.plan is None:
-            raise MigrationError("no migration has been started")
-        return Plan.from_json(self.plan)
-
 
 def read_state(store: Store) -> State:
-    """The stored migration, or State() (state 'none') when there is none or it is unreadable."""
-    raw = store.get(KEY)
-    if raw is None:
-        return State()
-    try:
-        return State.from_json(json.loads(raw))
-    except (ValueError, TypeError):
-        return State(reason="the stored migration state is unreadable")
+    """The stored migration (see decode)."""
+    return decode(store.get(KEY))
 
 
-def status(store: Store) -> dict[str, Any]:
-    """What `migrate status --json` and GET /v1/migration print."""
+def status(store: Store, now: float | None = None) -> dict[str, Any]:
+    """What `migrate status --json` and GET /v1/migration print: the state document (with
+    `error` when it cannot be used), the runner's lease and the last operations."""
+    now = time.time() if now is None else now
     st = read_state(store).to_json()
     st["runner"] = runner_info(store)
+    st["runner_alive"] = runner_alive(store, now)
+    st["ops"] = op_queue.recent(store, now)
     return st
 
 
 def runner_info(store: Store) -> dict[str, Any] | None:
-    """The runner's last heartbeat ({pid, host, beat}), or None."""
-    raw = store.get(RUNNER)
-    try:
-        return json.loads(raw) if raw else None
-    except ValueError:
-        return None
+    """The runner's lease ({owner: {host, pid, nonce}, expires, beat}), or None."""
+    return leases.read(store)
 
 
 def runner_alive(store: Store, now: float) -> bool:
-    """Whether a runner's heartbeat is fresh (it will perform commands)."""
-    info = runner_info(store)
-    return bool(info) and now - float(info.get("beat", 0)) < RUNNER_TIMEOUT_S  # type: ignore[union-attr]
+    """Whether a runner holds a live lease (it will perform queued operations)."""
+    return leases.alive(store, now) is not None
 
 
 def check_op(state: State, op: str) -> None:
@@ -162,6 +150,9 @@ def check_op(state: State, op: str) -> None:
     s = state.state
     if op not in OPS:
         raise MigrationError(f"unknown operation {op!r} (one of {', '.join(OPS)})")
+    if state.error and not (op == "start" and s in FINAL):
+        raise MigrationError(f"cannot {op}: {state.error} (fix or delete the store key {KEY}; "
+                             "nothing acts on it)")
     allowed = {
         "start": FINAL,
         "pause": ("canary", "shifting", "shifted"),
@@ -177,19 +168,26 @@ def check_op(state: State, op: str) -> None:
 
 
 def submit(store: Store, op: str, clock: Callable[[], float] = time.time,
-           plan: Plan | None = None, reason: str = "operator") -> None:
-    """Record an operator's command for the runner (checked against the state first)."""
+           plan: Plan | None = None, reason: str = "operator") -> dict[str, Any]:
+    """Queue an operator's operation for the live runner (checked against the state first,
+    a start's plan by the schema); the operation's document (`op_queue`)."""
     check_op(read_state(store), op)
-    doc: dict[str, Any] = {"op": op, "t": clock(), "reason": reason}
-    if plan is not None:
-        doc["plan"] = plan.to_json()
-    store.put(COMMAND, json.dumps(doc).encode())
+    plan_doc = None
+    if op == "start":
+        try:
+            plan_doc = checked(plan or Plan()).to_json()
+        except PlanError as exc:
+            raise MigrationError(str(exc)) from None
+    now = clock()
+    info = leases.alive(store, now)
+    return op_queue.queue(store, op, now, reason, str(info["owner"]["nonce"]) if info else None,
+                          plan_doc)
 
 
 def _guard_rows(values: dict[str, float], limits: dict[str, float],
                 names: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"name": k, "value": values[k], "limit": limits[k], "ok": values[k] <= limits[k]}
-            for k in names if k in values]
+            for k in names if k in values and num(values[k])]
 
 
 class Engine:
@@ -197,53 +195,101 @@ class Engine:
 
     def __init__(self, store: Store, driver: Driver, clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep, tick_s: float = 0.5,
-                 log: Callable[[str], None] = lambda _m: None) -> None:
+                 log: Callable[[str], None] = lambda _m: None, lease: Lease | None = None
+                 ) -> None:
         self.store, self.driver = store, driver
         self.clock, self.sleep, self.tick_s, self.log = clock, sleep, tick_s, log
-        self.state = read_state(store)
+        self.lease = lease or Lease(store, clock)
+        self.state, self._rev = self._read()
         #: events of this runner in order (the bench reads converge_ms from them)
         self.events: list[dict[str, Any]] = []
+        self._saved: tuple[str, str, float] | None = None  # body, shape, when
+        self._attached = False
 
     # ---- persistence -------------------------------------------------------------------------
 
+    def _read(self) -> tuple[State, int]:
+        raw, rev = self.store.get_versioned(KEY)
+        return decode(raw), rev
+
     def _save(self) -> None:
-        self.store.put(KEY, json.dumps(self.state.to_json()).encode())
+        """Write the state if it changed (guard values alone: at most every GUARDS_SAVE_S), by
+        compare-and-swap against the revision this runner last read or wrote."""
+        doc = self.state.to_json()
+        doc.pop("error", None)
+        body = json.dumps(doc)
+        shape = json.dumps({**doc, "guards": [(g["name"], g["ok"]) for g in doc["guards"]]})
+        now = self.clock()
+        if self._saved is not None and (body == self._saved[0] or (
+                shape == self._saved[1] and now - self._saved[2] < GUARDS_SAVE_S)):
+            return
+        rev = self.store.put_if(KEY, body.encode(), self._rev)
+        if rev is None:
+            raise Superseded(f"the migration state was changed by another writer since "
+                             f"revision {self._rev}: this runner stops (`crosszone migrate "
+                             "status` shows what the other did)")
+        self._rev, self._saved = rev, (body, shape, now)
 
     def _record(self, event: str, reason: str | None = None, **extra: Any) -> None:
         s = self.state
         entry = {"t": round(self.clock(), 3), "event": event, "step": s.step,
                  "weight_new": s.weight_new, "reason": reason, **extra}
         s.history.append(entry)
+        fold_history(s.history)
         self.events.append(entry)
         self.log(f"{event}: step {s.step}, weight_new {s.weight_new}%"
                  + (f" ({reason})" if reason else ""))
         self._save()
 
+    def acquire(self) -> None:
+        """Take the runner's lease (RunnerBusy naming the owner of a live one), then read the
+        state its previous owner left."""
+        if self.lease.held:
+            return
+        self.lease.acquire()
+        self.state, self._rev = self._read()
+        self._saved, self._attached = None, False
+
     def heartbeat(self) -> None:
-        """Tell operators (and the controller) that this runner performs commands."""
-        self.store.put(RUNNER, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                           "beat": self.clock()}).encode())
+        """Renew the lease (a driver calls it while a move waits; LeaseLost if it was taken)."""
+        self.lease.renew()
 
     def release(self) -> None:
-        """Give up the runner role (a clean exit; a killed runner just times out)."""
-        self.store.put_many({RUNNER: None})
+        """Give up the runner role (a clean exit; a killed runner's lease just expires)."""
+        self.lease.release()
 
     # ---- operations ---------------------------------------------------------------------------
 
+    def _refuse(self, problems: list[str]) -> Refused:
+        """A refused start, its reason kept in the state (which stays what it was)."""
+        exc = Refused(problems)
+        self.state.reason = str(exc)
+        self._record("start_refused", "; ".join(problems))
+        return exc
+
     def start(self, plan: Plan) -> State:
-        """Parity check, then the canary. Refused (nothing written) if parity fails."""
+        """Parity check, then the canary. Refused (the reason recorded, nothing else changed)
+        if the plan or parity fails."""
+        self.acquire()
         check_op(self.state, "start")
+        try:
+            plan = checked(plan)
+        except PlanError as exc:
+            raise self._refuse([str(exc)]) from None
         problems = self.driver.parity(plan)
         if problems:
-            raise Refused(problems)
+            raise self._refuse(problems)
         self.state = State(state="canary", plan=plan.to_json(), since=self.clock())
+        self._attached = True
         self._record("start", f"{plan.source} -> {plan.target}, steps {list(plan.steps)}")
-        self.driver.set_canary(plan, True)
+        with self.lease.keep():
+            self.driver.set_canary(plan, True)
         self._record("canary_on", f"canary VPC {plan.canary}" if plan.canary else None)
         return self.state
 
     def apply(self, op: str, reason: str = "operator", plan: Plan | None = None) -> State:
-        """Perform an operator's operation now (the runner calls this for each command)."""
+        """Perform an operator's operation now (the runner calls this for each one)."""
+        self.acquire()
         if op == "start":
             return self.start(plan or Plan())
         check_op(self.state, op)
@@ -255,27 +301,61 @@ class Engine:
             if s.state == "paused":
                 s.state = s.paused_from or "shifting"
                 s.paused_from = None
-            s.since = self.clock()  # the dwell starts again
-            self._reassert()
+                s.since = self.clock()  # a held step is tried again: its dwell starts again
+            # else a runner was killed: the dwell goes on from when the step began
+            self._attach()
             self._record("resume", reason)
         elif op == "rollback":
             self._rollback_all(reason)
         elif op == "finish":
             s.state, s.since = "draining", self.clock()
-            s.drain_mark = self.driver.source_packets(s.the_plan)
+            with self.lease.keep():
+                s.drain_mark = self.driver.source_packets(s.the_plan)
             self._record("drain", reason)
         return s
 
-    def _reassert(self) -> None:
-        """After a restart, put the network back where the state says it is (idempotent)."""
+    def _attach(self) -> None:
+        """Put the network back where the state says it is (idempotent), once per runner: the
+        baseline handed back to the driver, an interrupted move recorded, canary and weight
+        re-asserted."""
+        if self._attached:
+            return
         s, plan = self.state, self.state.the_plan
-        self.driver.set_canary(plan, True)
-        if s.state in ("shifting", "shifted", "draining") or s.weight_new:
-            self.driver.set_weight(plan, s.weight_new)
+        if s.moving_to is not None:
+            why = (f"the previous runner stopped during the move from {s.weight_new}% to "
+                   f"{s.moving_to}%: the routing goes back to {s.weight_new}%")
+            s.moving_to = None
+            self._record("move_interrupted", why)
+        base = s.baselines.get("small_p99_ms")
+        if base is not None and hasattr(self.driver, BASELINE_ATTR):
+            setattr(self.driver, BASELINE_ATTR, base)
+        with self.lease.keep():
+            self.driver.set_canary(plan, True)
+            if s.state in ("shifting", "shifted", "draining") or s.weight_new:
+                self.driver.set_weight(plan, s.weight_new)
+        self._attached = True
 
-    def _set_weight(self, weight: int, event: str, reason: str | None = None) -> None:
-        ms = self.driver.set_weight(self.state.the_plan, weight)
-        self.state.weight_new = weight
+    def _keep_baseline(self, retake: bool) -> None:
+        """Store the driver's latency baseline (retake: the canary's newest, before the first
+        step; else only when none is stored yet)."""
+        b = getattr(self.driver, BASELINE_ATTR, None)
+        if num(b) and (retake or "small_p99_ms" not in self.state.baselines):
+            self.state.baselines["small_p99_ms"] = float(b)  # type: ignore[arg-type]
+
+    def _set_weight(self, weight: int, event: str, reason: str | None = None,
+                    step: int | None = None, state: str | None = None) -> None:
+        """One move: `moving_to` written before it, the new weight (and step, state, dwell
+        start) after it, so a kill in between is found by the next runner."""
+        s = self.state
+        s.moving_to = weight
+        self._save()
+        with self.lease.keep():
+            ms = self.driver.set_weight(s.the_plan, weight)
+        s.weight_new, s.moving_to = weight, None
+        if step is not None:
+            s.step = step
+        if state is not None:
+            s.state, s.since = state, self.clock()
         # what a driver says about the move beyond its time (agent_driver: when the agents
         # had applied it, the traffic share it reached), kept in the history beside converge_ms
         details = getattr(self.driver, "last_move", None) or {}
@@ -285,7 +365,8 @@ class Engine:
     def _rollback_all(self, reason: str) -> None:
         s = self.state
         self._set_weight(0, "rollback", reason)
-        self.driver.set_canary(s.the_plan, False)
+        with self.lease.keep():
+            self.driver.set_canary(s.the_plan, False)
         s.state, s.step, s.reason, s.paused_from = "rolled_back", 0, reason, None
         self._record("rolled_back", reason)
 
@@ -298,27 +379,31 @@ class Engine:
             self._rollback_all(reason)
             return
         plan = s.the_plan
-        s.step = s.last_good
-        self._set_weight(plan.steps[s.last_good - 1], "rollback_step", reason)
+        self._set_weight(plan.steps[s.last_good - 1], "rollback_step", reason,
+                         step=s.last_good)
         s.state, s.paused_from, s.reason, s.since = "paused", "shifting", reason, self.clock()
         self._record("pause", reason)
 
     # ---- the machine --------------------------------------------------------------------------
 
     def tick(self) -> State:
-        """One round: perform a pending command, read guards, advance when a dwell held."""
+        """One round: perform queued operations, read guards, advance when a dwell held."""
+        self.acquire()
         self.heartbeat()
-        self._take_command()
+        self._take_ops()
         s = self.state
-        if s.state not in ACTIVE:
+        if s.error or s.state not in ACTIVE:
             return s
         plan = s.the_plan
-        if s.state == "canary":
-            values = self.driver.probe_canary(plan)
-            s.guards = _guard_rows(values, plan.limits, CANARY_DOCS)
-        else:
-            values = self.driver.observe(plan)
-            s.guards = _guard_rows(values, plan.limits, GUARD_DOCS)
+        with self.lease.keep():
+            if s.state == "canary":
+                values = self.driver.probe_canary(plan)
+            else:
+                values = self.driver.observe(plan)
+        s.guards = _guard_rows(values, plan.limits,
+                               CANARY_DOCS if s.state == "canary" else GUARD_DOCS)
+        if s.state != "canary":
+            self._keep_baseline(retake=False)
         failed = [g for g in s.guards if not g["ok"]]
         if failed and s.state != "paused":
             self._breach(failed)
@@ -328,6 +413,7 @@ class Engine:
                                      else plan.dwell_s):
             return s
         if s.state == "canary":
+            self._keep_baseline(retake=True)
             self._record("canary_ok")
             self._next_step(plan)
         elif s.state == "shifting":
@@ -344,49 +430,58 @@ class Engine:
             s.state = "shifted"
             self._record("shifted", "all traffic on the new gateways: `finish` retires the old")
             return
-        s.step += 1
-        s.state = "shifting"
-        self._set_weight(plan.steps[s.step - 1], "step")
-        s.since = self.clock()
-        self._save()
+        self._set_weight(plan.steps[s.step], "step", step=s.step + 1, state="shifting")
 
     def _drain_check(self, plan: Plan) -> None:
         s = self.state
-        now = self.driver.source_packets(plan)
+        with self.lease.keep():
+            now = self.driver.source_packets(plan)
         moved = now - (s.drain_mark or 0)
         if moved > 0:
             s.drain_mark, s.since = now, self.clock()
             self._record("drain_wait", f"{plan.source} gateways forwarded {moved} packets "
                                        "during the dwell")
             return
-        s.retired = self.driver.retire(plan)
+        with self.lease.keep():
+            s.retired = self.driver.retire(plan)
         s.state = "finished"
         self._record("finished", f"retired {', '.join(s.retired)}")
 
-    def _take_command(self) -> None:
-        raw = self.store.get(COMMAND)
-        if raw is None:
-            return
-        self.store.put_many({COMMAND: None})
-        try:
-            cmd = json.loads(raw)
-            plan = Plan.from_json(cmd["plan"]) if "plan" in cmd else None
-            self.apply(str(cmd["op"]), str(cmd.get("reason", "operator")), plan)
-        except Refused as exc:
-            self.state.reason = str(exc)
-            self.log(str(exc))
-        except (MigrationError, ValueError, KeyError, TypeError) as exc:
-            self.log(f"command ignored: {exc}")
+    def _take_ops(self) -> None:
+        """Perform the operations queued for this runner, each answered in its document."""
+        taken = False
+        for doc in op_queue.take(self.store, str(self.lease.owner["nonce"]), self.clock()):
+            taken = True
+            status, why = op_queue.DONE, None
+            try:
+                plan = plan_from_json(doc["plan"]) if doc.get("plan") is not None else None
+                self.apply(doc["op"], doc.get("reason") or "operator", plan)
+            except (MigrationError, PlanError) as exc:
+                status, why = op_queue.REFUSED, str(exc)
+                self.log(f"{doc['op']} refused: {exc}")
+            except BaseException as exc:
+                if not isinstance(exc, LeaseError):
+                    op_queue.answer(self.store, doc, op_queue.REFUSED,
+                                    f"the runner failed performing it: {exc}", self.clock(),
+                                    self.state.state)
+                raise
+            op_queue.answer(self.store, doc, status, why, self.clock(), self.state.state)
+        if taken:
+            op_queue.prune(self.store)
 
     def run(self, stop: Callable[[State], bool] | None = None, timeout: float | None = None
             ) -> State:
-        """Tick until the migration is final (or `stop` says so, or `timeout` seconds)."""
+        """Tick until the migration is final (or `stop` says so, or `timeout` seconds); a
+        stored migration that cannot be used is reported once and left alone."""
         stop = stop or (lambda st: st.state in FINAL)
         t0 = self.clock()
-        if self.state.state in ACTIVE:
-            self._reassert()
-            self._record("runner_attached")
+        self.acquire()
         try:
+            if self.state.error:
+                self.log(self.state.error)
+            elif self.state.state in ACTIVE and not self._attached:
+                self._attach()
+                self._record("runner_attached")
             while True:
                 st = self.tick()
                 if stop(st) or (timeout is not None and self.clock() - t0 > timeout):

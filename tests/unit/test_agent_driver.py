@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from crosszone.agent.frr_config import facing_prefixes, with_halves
 from crosszone.intent.cluster import load_cluster
 from crosszone.migrate import engine as eng
 from crosszone.migrate.agent_driver import (
@@ -68,6 +69,9 @@ class World:
         self.slow: set[str] = set()
         self.ecmp_only = False
         self.canary_withdrawn: dict[str, tuple[str, ...]] = {}
+        #: the canary VPC's prefixes (a restore of only these leaves production withdrawn)
+        self.canary_prefixes = [str(n) for v in CLUSTER.vpcs if v.name == CANARY
+                                for n in with_halves(facing_prefixes(v))]
         store.put_many({INTENT + k: v for k, v in split_cluster(CLUSTER).items()})
         standby(store, AGENTS)  # the new gateways wait beside the legacy ones
         self.report_all()
@@ -149,8 +153,10 @@ class FakeLegacy:
         self.w = world
 
     def set_weight(self, gateway: str, bandwidth_mbps: int) -> None:
+        # as a router's route-map: the weight of what it announces, a withdrawn gateway
+        # stays withdrawn
         self.w.calls.append(("set_weight", gateway, bandwidth_mbps))
-        self.w.legacy[gateway].update(bw=bandwidth_mbps, drain=False, withdrawn=False)
+        self.w.legacy[gateway].update(bw=bandwidth_mbps, drain=False)
 
     def drain(self, gateway: str) -> None:
         self.w.calls.append(("drain", gateway, None))
@@ -166,9 +172,10 @@ class FakeLegacy:
     def restore(self, gateway: str, prefixes: Sequence[str] = ()) -> None:
         self.w.calls.append(("restore", gateway, None))
         self.w.canary_withdrawn.pop(gateway, None)
-        if prefixes:
-            return
-        self.w.legacy[gateway].update(bw=None, drain=False, withdrawn=False)
+        if not prefixes:
+            self.w.legacy[gateway].update(bw=None, drain=False, withdrawn=False)
+        elif set(prefixes) - set(self.w.canary_prefixes):
+            self.w.legacy[gateway]["withdrawn"] = False  # production, with its weight
 
     def forwarded_packets(self, gateway: str) -> int:
         return int(self.w.fwd[gateway])
@@ -255,6 +262,18 @@ def test_the_way_back_weighs_the_agents_first_and_drains_them_at_the_end() -> No
     m = plan_move(back, 100, canary_on=False)
     assert {a.verb for a in m.before} == {"set_weight"}
     assert all(s.graceful_shutdown for s in m.states.values())
+    # legacy gateways retired by an earlier migration: each is weighted, then announced again
+    # (every prefix, named, so the restore keeps the weight)
+    prod = ("10.0.0.100/32", "100.64.0.0/16")
+    back = Sides(tuple(AGENTS), tuple(LEGACY), agents_are_target=False, canary_vpcs=("c",),
+                 canary_prefixes=("100.66.0.0/16",), production_prefixes=prod)
+    for weight, actions in ((25, "after"), (100, "before")):
+        got = getattr(plan_move(back, weight, canary_on=True), actions)
+        assert got == tuple(a for g in LEGACY for a in (
+            LegacyAction("set_weight", g, link_bandwidth(weight, 2)),
+            LegacyAction("restore", g, prefixes=prod + ("100.66.0.0/16",))))
+    back = Sides(tuple(AGENTS), tuple(LEGACY), agents_are_target=False, canary_vpcs=("c",),
+                 canary_prefixes=("100.66.0.0/16",))
     r = plan_retire(back)
     assert all(s.withdraw for s in r.states.values()) and {a.verb for a in r.after} == {
         "restore"}
@@ -425,9 +444,18 @@ def test_a_whole_migration_and_back_through_the_agents(world: World) -> None:
                 dwell_s=2.0, canary_dwell_s=2.0)
     drv2 = _driver(world)
     e2 = _engine(world, drv2)
+    first = len(world.calls)
     e2.start(back)
     st = e2.run(stop=lambda s: s.state in eng.FINAL or s.state == "shifted")
     assert st.state == "shifted", st.reason
+    # the legacy gateways, withdrawn by the first migration's retire, were announced again
+    # with their weight at the first step, and each step's share was reached
+    back_moves = [h for h in st.history if h["event"] == "step"]
+    assert [h["weight_new"] for h in back_moves] == [50, 100]
+    assert all(h["share_reached"] for h in back_moves), back_moves
+    for g in LEGACY:  # each gateway's actions in their order: weighted, then announced
+        mine = [c[0] for c in world.calls[first:] if c[1] == g]
+        assert mine[mine.index("set_weight") + 1] == "restore"
     e2.apply("finish")
     assert e2.run().state == "finished"
     assert all(o.withdraw for o in routing.read_all(world.store).values())

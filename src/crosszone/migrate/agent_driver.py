@@ -267,6 +267,7 @@ class AgentDriver:
     _drops0: dict[str, int] = field(default_factory=dict)
     _slow: set[str] = field(default_factory=set)
     _canary_cache: dict[str, list[str]] = field(default_factory=dict)
+    _production_cache: dict[str, list[str]] = field(default_factory=dict)
     _share_said: str = ""
 
     # ---- who is who ---------------------------------------------------------------------------
@@ -280,7 +281,24 @@ class AgentDriver:
         return Sides(tuple(self.agents), tuple(self.legacy_gateways),
                      agents_are_target=plan.target == AGENT_KIND,
                      canary_vpcs=(self.intent_vpc(plan.canary),) if plan.canary else (),
-                     canary_prefixes=tuple(self.canary_prefixes(plan)))
+                     canary_prefixes=tuple(self.canary_prefixes(plan)),
+                     production_prefixes=tuple(self.production_prefixes(plan)))
+
+    def production_prefixes(self, plan: Plan) -> list[str]:
+        """Every prefix the gateways announce but the canary's: the crosszone gateways'
+        anycast VTEPs (/32) and every other VPC's storage-facing prefixes (each IPv6 one with
+        its halves), from the stored intent; [] without a readable intent. A legacy target
+        restores them (moves.plan_move): the gateways it replaces announce the same."""
+        if plan.canary not in self._production_cache:
+            cluster = _intent(self.store)
+            if cluster is None:
+                return []
+            canary = set(self.canary_prefixes(plan))
+            vteps = sorted({f"{g.vtep}/32" for g in cluster.gateways if g.name in self.agents})
+            facing = [str(n) for v in cluster.vpcs for n in with_halves(facing_prefixes(v))]
+            self._production_cache[plan.canary] = vteps + [
+                x for x in dict.fromkeys(facing) if x not in canary]
+        return self._production_cache[plan.canary]
 
     def canary_prefixes(self, plan: Plan) -> list[str]:
         """The canary VPC's storage-facing prefixes as the gateways announce them (each IPv6
@@ -438,13 +456,22 @@ class AgentDriver:
         return announced, self.clock()
 
     def _legacy(self, actions: tuple[LegacyAction, ...]) -> None:
-        """Perform the legacy actions, every gateway at once (each action is one gateway's,
-        and a command adapter's action is a process: one after the other they added up to
-        seconds per move on the emulator); the first failure is raised once all ended."""
+        """Perform the legacy actions, every gateway at once and each gateway's in their order
+        (a command adapter's action is a process: one after the other they added up to seconds
+        per move on the emulator); a gateway stops at its first failure, which is raised once
+        all ended."""
         if not actions:
             return
-        with ThreadPoolExecutor(max_workers=len(actions)) as pool:
-            futures = [pool.submit(self._legacy_one, a) for a in actions]
+        per_gateway: dict[str, list[LegacyAction]] = {}
+        for a in actions:
+            per_gateway.setdefault(a.gateway, []).append(a)
+
+        def run(mine: list[LegacyAction]) -> None:
+            for a in mine:
+                self._legacy_one(a)
+
+        with ThreadPoolExecutor(max_workers=len(per_gateway)) as pool:
+            futures = [pool.submit(run, mine) for mine in per_gateway.values()]
         for f in futures:
             f.result()
 

@@ -12,7 +12,11 @@ one path with a consistent weighting:
   ECMP over all of them for as long as one lacks it);
 - at 100 % the source is drained with graceful shutdown (RFC 8326) after the target carries
   its full weight: the routers keep the source's paths as backup;
-- at 0 % the source is restored (no weight, announced) before the target withdraws.
+- at 0 % the source is restored (no weight, announced) before the target withdraws;
+- a legacy target is announced by a `restore` of every prefix, named, right after its
+  `set_weight`, both in that order: a legacy gateway retired by
+  an earlier migration (withdrawn) is announced again, already with its link bandwidth, and one
+  that still announces is unchanged by the restore.
 
 Weights are link bandwidth: 200 Mbps per percent, split over a side's gateways (the value is
 relative, the routers weigh each path by its share of the total).
@@ -81,6 +85,9 @@ class Sides:
     canary_vpcs: tuple[str, ...] = ()
     #: the canary VPCs' storage-facing prefixes (what the legacy side withdraws and restores)
     canary_prefixes: tuple[str, ...] = ()
+    #: every other prefix the gateways announce (anycast VTEPs, the other VPCs' storage-facing
+    #: prefixes): what a legacy target restores with its weight; empty: not restored
+    production_prefixes: tuple[str, ...] = ()
 
 
 def plan_move(sides: Sides, weight_new: int, canary_on: bool) -> Move:
@@ -96,6 +103,17 @@ def plan_move(sides: Sides, weight_new: int, canary_on: bool) -> Move:
 
     def legacy(verb: str, value: int | None = None) -> tuple[LegacyAction, ...]:
         return tuple(LegacyAction(verb, g, value) for g in lg)
+
+    def legacy_announced(percent: int) -> tuple[LegacyAction, ...]:
+        # per gateway: its weight, then its announcement (the driver keeps a gateway's
+        # actions in order), so a withdrawn gateway comes back with its link bandwidth
+        out: list[LegacyAction] = []
+        for g in lg:
+            out.append(LegacyAction("set_weight", g, link_bandwidth(percent, len(lg))))
+            if sides.production_prefixes:  # the canary's too: they are the target's as well
+                out.append(LegacyAction("restore", g, prefixes=sides.production_prefixes
+                                        + sides.canary_prefixes))
+        return tuple(out)
 
     if sides.agents_are_target:
         if weight_new <= 0:
@@ -115,9 +133,8 @@ def plan_move(sides: Sides, weight_new: int, canary_on: bool) -> Move:
         return Move(states=agents(), after=legacy("withdraw"))
     if weight_new < 100:
         return Move(states=agents(bandwidth_mbps=link_bandwidth(100 - weight_new, len(a))),
-                    after=legacy("set_weight", link_bandwidth(weight_new, len(lg))))
-    return Move(before=legacy("set_weight", link_bandwidth(100, len(lg))),
-                states=agents(graceful_shutdown=True))
+                    after=legacy_announced(weight_new))
+    return Move(before=legacy_announced(100), states=agents(graceful_shutdown=True))
 
 
 def plan_canary(sides: Sides, weight_new: int, on: bool) -> Move:

@@ -289,16 +289,17 @@ class AgentDriver:
         anycast VTEPs (/32) and every other VPC's storage-facing prefixes (each IPv6 one with
         its halves), from the stored intent; [] without a readable intent. A legacy target
         restores them (moves.plan_move): the gateways it replaces announce the same."""
-        if plan.canary not in self._production_cache:
+        key = plan.canary or ""
+        if key not in self._production_cache:
             cluster = _intent(self.store)
             if cluster is None:
                 return []
             canary = set(self.canary_prefixes(plan))
             vteps = sorted({f"{g.vtep}/32" for g in cluster.gateways if g.name in self.agents})
             facing = [str(n) for v in cluster.vpcs for n in with_halves(facing_prefixes(v))]
-            self._production_cache[plan.canary] = vteps + [
+            self._production_cache[key] = vteps + [
                 x for x in dict.fromkeys(facing) if x not in canary]
-        return self._production_cache[plan.canary]
+        return self._production_cache[key]
 
     def canary_prefixes(self, plan: Plan) -> list[str]:
         """The canary VPC's storage-facing prefixes as the gateways announce them (each IPv6

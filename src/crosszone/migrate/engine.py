@@ -340,7 +340,7 @@ class Engine:
         step; else only when none is stored yet)."""
         b = getattr(self.driver, BASELINE_ATTR, None)
         if num(b) and (retake or "small_p99_ms" not in self.state.baselines):
-            self.state.baselines["small_p99_ms"] = float(b)  # type: ignore[arg-type]
+            self.state.baselines["small_p99_ms"] = float(b)
 
     def _set_weight(self, weight: int, event: str, reason: str | None = None,
                     step: int | None = None, state: str | None = None) -> None:

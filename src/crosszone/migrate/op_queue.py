@@ -35,6 +35,7 @@ KEEP_ANSWERED = 20
 QUEUED, RUNNING, DONE, REFUSED, EXPIRED = "queued", "running", "done", "refused", "expired"
 ANSWERED = (DONE, REFUSED, EXPIRED)
 STATUSES = (QUEUED, RUNNING, *ANSWERED)
+_last_us = 0  # the last id's time in this process
 
 
 def parse(raw: bytes | None) -> dict[str, Any] | None:
@@ -55,8 +56,11 @@ def parse(raw: bytes | None) -> dict[str, Any] | None:
 def queue(store: Store, op: str, now: float, reason: str, runner: str | None,
           plan: dict[str, Any] | None = None, ttl: float = OP_TTL_S) -> dict[str, Any]:
     """Queue one operation for `runner` (a lease nonce; None: no runner was alive)."""
+    global _last_us
     while True:
-        op_id = f"{int(now * 1000):014d}-{secrets.token_hex(4)}"
+        # microseconds, never the same twice in one process: its operations sort in order
+        _last_us = max(int(now * 1_000_000), _last_us + 1)
+        op_id = f"{_last_us:017d}-{secrets.token_hex(4)}"
         doc: dict[str, Any] = {"id": op_id, "op": op, "t": now, "expires": now + ttl,
                                "reason": reason, "runner": runner, "status": QUEUED}
         if plan is not None:

@@ -14,7 +14,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from crosszone.migrate.plan import Plan, PlanError
 from crosszone.migrate.plan_schema import plan_from_json
@@ -45,13 +45,17 @@ def json_object(raw: bytes | None) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def num(x: object) -> bool:
+def num(x: object) -> TypeGuard[float]:
     """A finite number (not bool)."""
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def _int(x: object) -> bool:
+def _int(x: object) -> TypeGuard[int]:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _percent(x: object) -> bool:
+    return _int(x) and 0 <= x <= 100
 
 
 def _opt(check: Callable[[object], bool]) -> Callable[[object], bool]:
@@ -72,20 +76,20 @@ def _guard(x: object) -> bool:
 #: Each stored field: what a usable value is (the state document is checked on every read).
 _FIELDS: dict[str, Callable[[object], bool]] = {
     "state": lambda x: x in ACTIVE or x in FINAL,
-    "step": lambda x: _int(x) and 0 <= x <= 100,  # type: ignore[operator]
-    "weight_new": lambda x: _int(x) and 0 <= x <= 100,  # type: ignore[operator]
+    "step": _percent,
+    "weight_new": _percent,
     "history": lambda x: isinstance(x, list) and all(_entry(e) for e in x),
     "guards": lambda x: isinstance(x, list) and all(_guard(g) for g in x),
     "plan": _opt(lambda x: isinstance(x, dict)),
     "since": num,
-    "last_good": lambda x: _int(x) and 0 <= x <= 100,  # type: ignore[operator]
+    "last_good": _percent,
     "paused_from": _opt(lambda x: x in ACTIVE),
     "reason": _opt(lambda x: isinstance(x, str)),
     "retired": lambda x: isinstance(x, list) and all(isinstance(g, str) for g in x),
     "drain_mark": _opt(_int),
     "baselines": lambda x: isinstance(x, dict) and all(
         isinstance(k, str) and num(v) for k, v in x.items()),
-    "moving_to": _opt(lambda x: _int(x) and 0 <= x <= 100),  # type: ignore[operator]
+    "moving_to": _opt(_percent),
 }
 
 

@@ -14,6 +14,8 @@ from crosszone.control.service import Controller
 from crosszone.migrate import engine as eng
 from crosszone.migrate.plan import Plan
 from crosszone.store.sqlite_store import SqliteStore
+from unit.test_migrate_engine import FakeDriver
+from unit.test_migrate_robust import BAD_PLANS, POISONED
 
 AUTH = {"Authorization": "Bearer s3cret"}
 
@@ -69,3 +71,69 @@ def test_status_follows_the_store(setup) -> None:
     r = api.post("/v1/migration/pause", headers=AUTH)
     assert r.status_code == 200
     assert json.loads(store.get(eng.OP_PREFIX + r.json()["op"]["id"]) or b"{}")["op"] == "pause"
+
+
+# ---- issue 25: plans refused with the field, hostile stored values never a 500 -----------------
+
+@pytest.mark.parametrize("change, field", BAD_PLANS)
+def test_every_bad_plan_is_a_422_naming_the_field_and_nothing_is_queued(
+        setup, change: dict, field: str) -> None:
+    store, api = setup
+    body = json.dumps({**Plan(canary="b", steps=(10, 100)).to_json(), **change})
+    r = api.post("/v1/migration/start", content=body.encode(), headers=AUTH)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"].startswith(field)
+    assert store.get_prefix(eng.OP_PREFIX)[0] == {}
+
+
+@pytest.mark.parametrize("body", [b"[" * 100_000, b"{\"steps\": " + b"[" * 100_000, b"[]",
+                                  b"\"abc\"", b"\xff\xfe"])
+def test_a_body_that_is_no_plan_is_a_4xx(setup, body: bytes) -> None:
+    store, api = setup
+    r = api.post("/v1/migration/start", content=body, headers=AUTH)
+    assert r.status_code == 422 and "plan" in r.json()["detail"]
+    assert store.get_prefix(eng.OP_PREFIX)[0] == {}
+
+
+@pytest.mark.parametrize("raw", POISONED, ids=range(len(POISONED)))
+def test_a_hostile_stored_state_is_reported_not_a_500(setup, raw: bytes) -> None:
+    store, api = setup
+    store.put(eng.KEY, raw)
+    r = api.get("/v1/migration")
+    assert r.status_code == 200 and r.json()["error"]
+    for op in ("pause", "resume", "rollback", "finish", "start"):
+        r = api.post(f"/v1/migration/{op}", headers=AUTH)
+        assert r.status_code == 409 and "cannot " + op in r.json()["detail"]
+    assert store.get_prefix(eng.OP_PREFIX)[0] == {}
+    assert store.get(eng.KEY) == raw
+
+
+@pytest.mark.parametrize("raw", [b"[]", b"[" * 100_000, b"{\"owner\": 1, \"expires\": 1}",
+                                 b"{\"owner\": {\"host\": \"h\", \"pid\": 1, \"nonce\": \"n\"}, "
+                                 b"\"expires\": \"x\"}", b"null", b"\xff"])
+def test_a_hostile_runner_value_is_no_runner(setup, raw: bytes) -> None:
+    store, api = setup
+    store.put(eng.RUNNER, raw)
+    doc = api.get("/v1/migration").json()
+    assert doc["runner"] is None and doc["runner_alive"] is False
+    r = api.post("/v1/migration/start", json=Plan(steps=(10, 100)).to_json(), headers=AUTH)
+    assert r.status_code == 200 and r.json()["op"]["runner"] is None
+    st = eng.State(state="shifting", step=1, weight_new=10, plan=Plan().to_json())
+    store.put(eng.KEY, json.dumps(st.to_json()).encode())
+    assert api.post("/v1/migration/pause", headers=AUTH).status_code == 200
+
+
+def test_an_operation_is_answered_through_the_api(setup) -> None:
+    store, api = setup
+    e = eng.Engine(store, FakeDriver())  # the wall clock, as the controller's
+    e.acquire()  # `crosszone migrate run`
+    r = api.post("/v1/migration/start", json=Plan(canary="b", steps=(10, 100)).to_json(),
+                 headers=AUTH)
+    assert r.status_code == 200 and r.json()["runner_alive"] is True
+    op_id = r.json()["op"]["id"]
+    assert api.get(f"/v1/migration/ops/{op_id}").json()["status"] == "queued"
+    e.tick()
+    got = api.get(f"/v1/migration/ops/{op_id}").json()
+    assert got["status"] == "done" and got["state"] == "canary"
+    r2 = api.post("/v1/migration/start", json=Plan(steps=(100,)).to_json(), headers=AUTH)
+    assert r2.status_code == 409 and "already under way" in r2.json()["detail"]

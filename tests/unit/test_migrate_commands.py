@@ -10,13 +10,15 @@ fake adapter.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 import typer
 from typer.testing import CliRunner
 
-from crosszone.migrate import commands, deployment_file
+from crosszone.migrate import commands, deployment_file, op_queue
+from crosszone.migrate import engine as eng
 from crosszone.migrate.agent_driver import AgentDriver, DriverError
 from crosszone.migrate.deployment_file import DeploymentError
 from crosszone.migrate.plan import Plan
@@ -170,3 +172,113 @@ def test_the_file_takes_the_products_legacy_adapters(tmp_path: Path) -> None:
     assert any("plan the steps as 100" in p for p in drv.parity(PLAN_STEPS))
     with pytest.raises(DeploymentError, match=r"legacy\.adapter"):
         deployment_file.parse({"legacy": {"gateways": ["lgw1"], "adapter": {"kind": "x"}}})
+
+
+# ---- issue 25: the command's side of plans, poisoned states, runners, finish ------------------
+
+@pytest.mark.parametrize("args", [
+    ["--steps="], ["--steps=150"], ["--steps=-5,100"], ["--steps=100,10"], ["--steps=x,100"],
+    ["--steps=abc"], ["--steps=50"], ["--dwell=-30"], ["--dwell=x"], ["--dwell=nan"],
+    ["--dwell=inf"], ["--canary="],
+])
+def test_start_refuses_every_bad_plan_with_exit_2_and_writes_nothing(cli, args: list[str]
+                                                                     ) -> None:
+    runner, app, world, provider, _db = cli
+    commands.add_provider(provider)
+    res = runner.invoke(app, ["migrate", "start", *args])
+    assert res.exit_code == 2, res.output
+    assert world.store.get(eng.KEY) is None and world.store.get(eng.RUNNER) is None
+
+
+@pytest.mark.parametrize("text, words", [("errors: -1\n", "a number >= 0"),
+                                         ("errors: x\n", "a number >= 0"),
+                                         ("speed: 1\n", "unknown guard")])
+def test_start_refuses_bad_guard_limits(cli, tmp_path: Path, text: str, words: str) -> None:
+    runner, app, world, provider, _db = cli
+    commands.add_provider(provider)
+    f = tmp_path / "g.yaml"
+    f.write_text(text)
+    res = runner.invoke(app, ["migrate", "start", "--guards", str(f)])
+    assert res.exit_code == 2 and words in " ".join(res.output.split())
+    assert world.store.get(eng.KEY) is None
+
+
+def test_a_poisoned_stored_plan_is_one_line_not_a_traceback(cli) -> None:
+    runner, app, world, provider, db = cli
+    commands.add_provider(provider)
+    st = eng.State(state="shifting", step=1, weight_new=50, plan=PLAN_STEPS.to_json())
+    doc = st.to_json()
+    doc["plan"]["dwell_s"] = "x"
+    world.store.put(eng.KEY, json.dumps(doc).encode())
+    for op in ("resume", "pause", "rollback", "finish"):
+        res = runner.invoke(app, ["migrate", op])
+        assert res.exit_code == 1 and "Traceback" not in res.output, res.output
+        assert f"cannot {op}: the stored migration's plan cannot be used: stored " \
+               "plan.dwell_s" in " ".join(res.output.split())
+    res = runner.invoke(app, ["migrate", "status", "--store", f"sqlite://{db}", "--json"])
+    assert res.exit_code == 0 and "stored plan.dwell_s" in json.loads(res.stdout)["error"]
+    res = runner.invoke(app, ["migrate", "status", "--store", f"sqlite://{db}"])
+    assert res.exit_code == 0 and "error: the stored migration's plan" in res.output
+
+
+def test_a_second_runner_beside_a_live_one_refuses_naming_it(cli) -> None:
+    runner, app, world, provider, _db = cli
+    commands.add_provider(provider)
+    owner = {"host": "gw-ctl-2", "pid": 4242, "nonce": "abc123"}
+    world.store.put(eng.RUNNER, json.dumps({"owner": owner, "expires": time.time() + 600,
+                                            "beat": time.time()}).encode())
+    for args in (["run"], ["start", "--steps", "100"]):
+        res = runner.invoke(app, ["migrate", *args])
+        assert res.exit_code == 1, res.output
+        assert "pid 4242 on gw-ctl-2 (nonce abc123)" in " ".join(res.output.split())
+    assert world.store.get(eng.KEY) is None
+
+
+def test_resume_right_after_a_runner_was_killed_takes_over_and_resumes(cli) -> None:
+    runner, app, world, provider, _db = cli
+    commands.add_provider(provider)
+    res = runner.invoke(app, ["migrate", "start", "--canary", CANARY, "--steps", "50,100",
+                              "--dwell", "0s"])
+    assert res.exit_code == 0, res.output
+    # the runner was killed a moment ago: its lease still runs for a little while
+    owner = {"host": "gw-ctl", "pid": 999999, "nonce": "dead01"}
+    world.store.put(eng.RUNNER, json.dumps({"owner": owner, "expires": time.time() + 0.5,
+                                            "beat": time.time()}).encode())
+    res = runner.invoke(app, ["migrate", "resume", "--json"])
+    assert res.exit_code == 0, res.output
+    assert "performs it and runs the migration itself" in " ".join(res.output.split())
+    st = eng.read_state(world.store)
+    assert st.history[-1]["event"] == "resume" and st.state == "shifted"
+    ops = op_queue.recent(world.store, time.time())
+    assert [(o["op"], o["status"], o["why"]) for o in ops] == [
+        ("resume", "expired", "its runner stopped before taking it")]
+    assert world.store.get(eng.RUNNER) is None  # released by the command that ran it
+
+
+def test_finish_has_a_time_limit(cli) -> None:
+    runner, app, world, _provider, db = cli
+    grow = {"on": False}
+
+    class StillForwarding(FakeLegacy):
+        def forwarded_packets(self, gateway: str) -> int:
+            if grow["on"]:
+                world.fwd[gateway] += 10  # the old gateways never fall silent
+            return super().forwarded_packets(gateway)
+
+    def provider() -> commands.Deployment:
+        def make(store, log):  # type: ignore[no-untyped-def]
+            return AgentDriver(world.store, StillForwarding(world), list(LEGACY), list(AGENTS),
+                               FakeProbes(), scrape=world.scrape, clock=world.now,
+                               wall=world.now, sleep=world.sleep, log=log)
+        return commands.Deployment(f"sqlite://{db}", make, errors=(DriverError,))
+    commands.add_provider(provider)
+    res = runner.invoke(app, ["migrate", "start", "--steps", "100", "--dwell", "0s"])
+    assert res.exit_code == 0, res.output
+    grow["on"] = True
+    res = runner.invoke(app, ["migrate", "finish", "--timeout", "1s"])
+    assert res.exit_code == 1
+    assert "the drain did not end within 1 s (--timeout)" in " ".join(res.output.split())
+    assert eng.read_state(world.store).state == "draining"
+    assert world.store.get(eng.RUNNER) is None
+    res = runner.invoke(app, ["migrate", "finish", "--timeout", "soon"])
+    assert res.exit_code == 2 and "--timeout" in res.output

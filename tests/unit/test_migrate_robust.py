@@ -419,7 +419,9 @@ def test_the_history_is_capped_and_older_entries_summarised(setup) -> None:
         e.apply("resume")
     h = eng.read_state(store).history
     assert len(h) == eng.HISTORY_KEEP
-    written = 4 + 160  # start, canary_on, canary_ok, step; then each pause and resume
+    # start, canary_on, canary_ok, step; each pause and resume; the lease taken again after
+    # run() returned: runner_attached once
+    written = 4 + 160 + 1
     assert h[0]["event"] == "summary" and h[0]["folded"] == written - (eng.HISTORY_KEEP - 1)
     assert h[0]["events"]["start"] == 1 and "older entries folded" in h[0]["reason"]
     assert {"t", "event", "step", "weight_new", "reason"} <= set(h[0])

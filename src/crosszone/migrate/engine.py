@@ -317,7 +317,7 @@ class Engine:
     def _attach(self) -> None:
         """Put the network back where the state says it is (idempotent), once per runner: the
         baseline handed back to the driver, an interrupted move recorded, canary and weight
-        re-asserted."""
+        re-asserted (history: runner_attached)."""
         if self._attached:
             return
         s, plan = self.state, self.state.the_plan
@@ -334,6 +334,7 @@ class Engine:
             if s.state in ("shifting", "shifted", "draining") or s.weight_new:
                 self.driver.set_weight(plan, s.weight_new)
         self._attached = True
+        self._record("runner_attached")
 
     def _keep_baseline(self, retake: bool) -> None:
         """Store the driver's latency baseline (retake: the canary's newest, before the first
@@ -479,9 +480,8 @@ class Engine:
         try:
             if self.state.error:
                 self.log(self.state.error)
-            elif self.state.state in ACTIVE and not self._attached:
+            elif self.state.state in ACTIVE:
                 self._attach()
-                self._record("runner_attached")
             while True:
                 st = self.tick()
                 if stop(st) or (timeout is not None and self.clock() - t0 > timeout):

@@ -170,12 +170,13 @@ class _Runner:
         if beat is not None:  # a move that waits keeps the heartbeat (agent_driver)
             self.driver.beat = self.engine.heartbeat  # type: ignore[attr-defined]
 
-    def run(self, timeout: float | None = None) -> eng.State:
-        """Be the runner until the migration is final or held for the operator (or `timeout`
-        seconds passed)."""
+    def run(self, timeout: float | None = None,
+            stop: Callable[[eng.State], bool] = lambda s: s.state in eng.FINAL + HELD
+            ) -> eng.State:
+        """Be the runner until `stop` (by default: the migration is final or held for the
+        operator) or `timeout` seconds passed."""
         try:
-            return self.engine.run(stop=lambda s: s.state in eng.FINAL or s.state in HELD,
-                                   timeout=timeout)
+            return self.engine.run(stop=stop, timeout=timeout)
         except self.dep.errors as exc:
             raise fail(f"the driver failed: {exc} (the state is kept: `crosszone migrate "
                         "resume` continues from it)") from None
@@ -271,7 +272,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             runner.acquire()
             try:
                 runner.engine.start(plan)
-            except eng.MigrationError as exc:
+            except (eng.MigrationError, LeaseError) as exc:
                 raise fail(str(exc)) from None
             except dep.errors as exc:
                 raise fail(f"the driver failed: {exc}") from None
@@ -311,7 +312,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             runner.acquire()
             try:
                 runner.engine.apply(op)
-            except eng.MigrationError as exc:
+            except (eng.MigrationError, LeaseError) as exc:
                 raise fail(str(exc)) from None
             except runner.dep.errors as exc:
                 raise fail(f"the driver failed: {exc}") from None
@@ -369,10 +370,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         runner = _Runner(_store(store, dep), dep)
         try:
             runner.acquire()
-            try:
-                runner.engine.run(stop=lambda _s: False)
-            except LeaseError as exc:
-                raise fail(str(exc)) from None
+            runner.run(stop=lambda _s: False)
         finally:
             runner.engine.release()
             runner.close()

@@ -71,20 +71,22 @@ def queue(store: Store, op: str, now: float, reason: str, runner: str | None,
 
 def read(store: Store, op_id: str, now: float) -> dict[str, Any] | None:
     """One operation as it stands (a queued one past its expiry reads `expired`)."""
-    doc = parse(store.get(OP_PREFIX + op_id))
-    if doc is not None and doc["status"] == QUEUED and now > doc["expires"]:
-        doc = {**doc, "status": EXPIRED, "why": "no runner took it before it expired"}
-    return doc
+    return _as_of(parse(store.get(OP_PREFIX + op_id)), now)
 
 
 def recent(store: Store, now: float, n: int = 10) -> list[dict[str, Any]]:
     """The last n operations, oldest first (a stored value that is not one says so)."""
     items, _ = store.get_prefix(OP_PREFIX)
-    out = []
-    for key in sorted(items)[-n:]:
-        doc = read(store, key.removeprefix(OP_PREFIX), now) if parse(items[key]) else None
-        out.append(doc or {"id": key.removeprefix(OP_PREFIX), "status": "unreadable"})
-    return out
+    return [_as_of(parse(items[k]), now) or {"id": k.removeprefix(OP_PREFIX),
+                                               "status": "unreadable"}
+            for k in sorted(items)[-n:]]
+
+
+def _as_of(doc: dict[str, Any] | None, now: float) -> dict[str, Any] | None:
+    """The document as it stands at `now` (a queued one past its expiry reads `expired`)."""
+    if doc is not None and doc["status"] == QUEUED and now > doc["expires"]:
+        return {**doc, "status": EXPIRED, "why": "no runner took it before it expired"}
+    return doc
 
 
 def _answer(store: Store, key: str, doc: dict[str, Any], rev: int, status: str,

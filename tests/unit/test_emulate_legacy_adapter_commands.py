@@ -85,8 +85,9 @@ def test_the_counter_is_the_nftables_forwarded_counters(tmp_path: Path,
                                                          plan: topology.Plan) -> None:
     a, log = _adapter(tmp_path)
     assert a.forwarded_packets("lgw2") == 42
+    assert a.forwarded_bytes("lgw2") == 4200  # both families' bytes, not the dropped ones
     lgw2 = next(g for g in plan.gateways if g.name == "lgw2")
-    assert _runs(log) == [["netns", "exec", lgw2.ns, "nft", "-j", "list", "counters"]]
+    assert _runs(log) == [["netns", "exec", lgw2.ns, "nft", "-j", "list", "counters"]] * 2
 
 
 def test_a_failing_vtysh_is_reported_with_action_and_gateway(tmp_path: Path) -> None:

@@ -72,6 +72,30 @@ def test_each_action_runs_its_command_with_the_gateway_and_value(
                           ["withdraw", "lgw1", "100.64.3.0/24", "fd00:64:3::/48"],
                           ["restore", "lgw1", "100.64.3.0/24"], ["restore", "lgw2"]]
     assert _adapter(prog, "counter").forwarded_packets("lgw1") == 12345
+    assert _adapter(prog).forwarded_bytes("lgw1") is None  # optional, not configured
+
+
+def test_the_optional_bytes_counter_runs_its_command(fake: tuple[Path, Path]) -> None:
+    prog, log = fake
+    section = {"kind": "command",
+               "commands": {a: [str(prog), a.replace("_", "-")]
+                            for a in (*ACTIONS, "forwarded_bytes")}}
+    a = from_config(section)
+    assert isinstance(a, CommandAdapter)
+    a = CommandAdapter(a.commands, env={**os.environ, "FAKE_MODE": "counter"})
+    assert a.forwarded_bytes("lgw1") == 12345
+    assert _runs(log)[-1] == ["forwarded-bytes", "lgw1"]
+    with pytest.raises(LegacyActionError, match="forwarded_bytes on lgw1"):
+        CommandAdapter(a.commands, env={**os.environ, "FAKE_MODE": "garbage"}
+                       ).forwarded_bytes("lgw1")
+    none = from_config({"kind": "none", "routers": "skip-missing",
+                        "commands": {"forwarded_packets": [str(prog), "count"],
+                                     "forwarded_bytes": [str(prog), "bytes"]}})
+    assert isinstance(none, NoActionAdapter) and none.counter is not None
+    assert "forwarded_bytes" in none.counter.commands
+    with pytest.raises(LegacyConfigError, match="unknown key"):
+        from_config({**section, "commands": {**section["commands"],  # type: ignore[dict-item]
+                                             "forwarded_gigabytes": [str(prog)]}})
 
 
 def test_a_gateway_name_is_an_argument_never_a_command(fake: tuple[Path, Path]) -> None:

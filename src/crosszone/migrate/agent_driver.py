@@ -94,7 +94,8 @@ class LegacySide(Protocol):
     them; tests use a fake). Each acts on one gateway, names it, and is idempotent."""
 
     def set_weight(self, gateway: str, bandwidth_mbps: int) -> None:
-        """Announce with this BGP link bandwidth (and without graceful shutdown)."""
+        """Weigh what the gateway announces with this BGP link bandwidth (and without
+        graceful shutdown); a withdrawn gateway is announced again by `restore`."""
         ...
 
     def drain(self, gateway: str) -> None:
@@ -113,6 +114,11 @@ class LegacySide(Protocol):
 
     def forwarded_packets(self, gateway: str) -> int:
         """Packets the gateway has forwarded for the VPCs so far (a counter)."""
+        ...
+
+    def forwarded_bytes(self, gateway: str) -> int | None:
+        """Bytes the gateway has forwarded for the VPCs so far, None when it cannot say (the
+        traffic share is then read in packets)."""
         ...
 
 
@@ -268,6 +274,9 @@ class AgentDriver:
     _slow: set[str] = field(default_factory=set)
     _canary_cache: dict[str, list[str]] = field(default_factory=dict)
     _production_cache: dict[str, list[str]] = field(default_factory=dict)
+    #: what the traffic share is read in: "bytes" while every legacy gateway's bytes counter
+    #: reads, "packets" for good once one does not ("" before the first reading)
+    share_unit: str = ""
     _share_said: str = ""
 
     # ---- who is who ---------------------------------------------------------------------------
@@ -435,6 +444,7 @@ class AgentDriver:
                           "applied_ms": round((applied - t0) * 1000, 1),
                           "converge_ms": round((done - t0) * 1000, 1),
                           "share": None if share is None else round(share, 2),
+                          "share_unit": self.share_unit or None,
                           "share_reached": reached}
         return (done - t0) * 1000
 
@@ -528,23 +538,34 @@ class AgentDriver:
     # ---- convergence --------------------------------------------------------------------------
 
     def _counts(self, plan: Plan) -> tuple[int, int] | None:
-        """(packets forwarded by the target side, by the source side) so far, or None when a
-        counter cannot be read."""
+        """(traffic forwarded by the target side, by the source side) so far, or None when a
+        counter cannot be read: bytes when every legacy gateway's bytes counter reads (a
+        kernel gateway's GRO-merged packets are not comparable with the fast path's frames,
+        legacy_adapter's module doc), else packets; `share_unit` says which."""
         statuses = self.statuses()
 
-        def agent(gw: str) -> int:
-            return self.sample(gw, statuses.get(gw, {})).forwarded
+        def agent(gw: str) -> tuple[int, int]:
+            s = self.sample(gw, statuses.get(gw, {}))
+            return s.forwarded, s.forwarded_bytes
 
-        def legacy_one(gw: str) -> int:
-            return int(self.legacy.forwarded_packets(gw))
-        jobs: list[Callable[[], int]] = [partial(agent, gw) for gw in self.agents]
+        def legacy_one(gw: str) -> tuple[int, int | None]:
+            b = self.legacy.forwarded_bytes(gw) if self.share_unit != "packets" else None
+            return int(self.legacy.forwarded_packets(gw)), None if b is None else int(b)
+        jobs: list[Callable[[], tuple[int, int | None]]] = [
+            partial(agent, gw) for gw in self.agents]
         jobs += [partial(legacy_one, gw) for gw in self.legacy_gateways]
         try:
             # all at once: each is a scrape or an adapter's process, and the share is only as
             # fresh as the slowest of them
             with ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
                 got = [f.result() for f in [pool.submit(j) for j in jobs]]
-            agents, legacy = sum(got[:len(self.agents)]), sum(got[len(self.agents):])
+            if self.share_unit != "packets" and all(b is not None for _, b in got):
+                self.share_unit = "bytes"
+                counts = [b or 0 for _, b in got]
+            else:
+                self.share_unit = "packets"  # once a side cannot say bytes, packets it stays
+                counts = [p for p, _ in got]
+            agents, legacy = sum(counts[:len(self.agents)]), sum(counts[len(self.agents):])
         except Exception as exc:  # a scrape or an adapter's command: the share waits
             why = f"share: {exc}"
             if why != self._share_said:  # said once, not at every poll
@@ -577,7 +598,8 @@ class AgentDriver:
                     if abs(share - weight) <= self.share_tolerance:
                         return share, True
             if now - start >= self.share_timeout_s:
-                self.log(f"step {weight}%: the new gateways' share of forwarded packets "
+                self.log(f"step {weight}%: the new gateways' share of forwarded "
+                         f"{self.share_unit or 'packets'} "
                          + (f"read {share:.1f}%" if share is not None else "could not be read "
                             "(too little traffic)")
                          + f" after {self.share_timeout_s:g} s (tolerance "

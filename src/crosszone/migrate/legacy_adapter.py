@@ -13,7 +13,17 @@ hand. A migration needs five things of them (`LegacyAdapter`):
   are given, go back to how the gateway was before the migration: every prefix announced, no
   link bandwidth, not drained (a rollback);
 - `forwarded_packets(gateway)`: a counter of the packets it forwarded for the VPCs (the drain
-  is over when it stands still; the migration driver also reads the traffic share from it).
+  is over when it stands still; the migration driver also reads the traffic share from it);
+- optional, `forwarded_bytes(gateway)`: the same counter's bytes. A kernel gateway forwards
+  GRO-merged packets (a bulk TCP flow's 64 KiB aggregates count once) while the crosszone fast
+  path counts every frame, so their packet counts are not comparable: on the emulator a
+  legacy gateway's packets averaged 7.2 KB against 1.2 KB for the same traffic through a
+  crosszone gateway, and a 50 % step read as 75 %. With this command on every legacy gateway
+  the driver reads the traffic share in bytes (None: not configured, packets it is).
+
+`set_weight` weighs what a gateway announces; a gateway withdrawn whole (retired by an earlier
+migration) is announced again by `restore` with the prefixes named, which keeps its weight: a
+migration back to the legacy gateways does `set_weight` then `restore(every prefix)` on each.
 
 Two adapters:
 
@@ -45,6 +55,7 @@ commands:                     # every action, each a non-empty list of strings
   withdraw: [/usr/local/sbin/legacy-gw, withdraw]          # + GATEWAY [PREFIX...]
   restore: [/usr/local/sbin/legacy-gw, restore]            # + GATEWAY [PREFIX...]
   forwarded_packets: [/usr/local/sbin/legacy-gw, counter]  # + GATEWAY; prints an integer
+  forwarded_bytes: [/usr/local/sbin/legacy-gw, bytes]      # optional; prints an integer
 ```
 
 ```yaml
@@ -69,11 +80,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import yaml
-
+from crosszone.intent import strict_yaml
 from crosszone.intent.strict_yaml import StrictLoader
 
 ACTIONS = ("set_weight", "drain", "withdraw", "restore", "forwarded_packets")
+#: Actions a configuration may leave out (the module doc says what is read without them).
+OPTIONAL = ("forwarded_bytes",)
 #: FRR's `set extcommunity bandwidth` range (Mbps).
 MIN_MBPS, MAX_MBPS = 1, 25600
 DEFAULT_TIMEOUT_S = 10.0
@@ -115,7 +127,8 @@ class LegacyAdapter(Protocol):
     """What a migration needs of the legacy gateways (module doc)."""
 
     def set_weight(self, gateway: str, bandwidth_mbps: int) -> None:
-        """Announce with link bandwidth `bandwidth_mbps` (1 to 25600), not drained."""
+        """Weigh what the gateway announces with link bandwidth `bandwidth_mbps` (1 to
+        25600), not drained (a withdrawn gateway stays withdrawn until `restore`)."""
         ...
 
     def drain(self, gateway: str) -> None:
@@ -133,6 +146,10 @@ class LegacyAdapter(Protocol):
 
     def forwarded_packets(self, gateway: str) -> int:
         """Packets forwarded for the VPCs so far (a counter)."""
+        ...
+
+    def forwarded_bytes(self, gateway: str) -> int | None:
+        """Bytes forwarded for the VPCs so far (a counter); None when not configured."""
         ...
 
 
@@ -225,9 +242,19 @@ class CommandAdapter:
     def forwarded_packets(self, gateway: str) -> int:
         """Run the forwarded_packets command with GATEWAY; it must print one decimal integer
         (a failed read is an error, never a zero: a drain would take it for silence)."""
-        out = self._run("forwarded_packets", gateway).strip()
+        return self._counter("forwarded_packets", gateway)
+
+    def forwarded_bytes(self, gateway: str) -> int | None:
+        """Run the forwarded_bytes command with GATEWAY (one decimal integer), or None when
+        none is configured."""
+        if "forwarded_bytes" not in self.commands:
+            return None
+        return self._counter("forwarded_bytes", gateway)
+
+    def _counter(self, action: str, gateway: str) -> int:
+        out = self._run(action, gateway).strip()
         if not re.fullmatch(r"[0-9]{1,20}", out):
-            raise LegacyActionError("forwarded_packets", gateway,
+            raise LegacyActionError(action, gateway,
                                     f"printed {out[:60]!r}, not one decimal integer")
         return int(out)
 
@@ -263,6 +290,10 @@ class NoActionAdapter:
                                     "adapter none has no counter: configure "
                                     "commands.forwarded_packets")
         return self.counter.forwarded_packets(gateway)
+
+    def forwarded_bytes(self, gateway: str) -> int | None:
+        """The bytes counter command's reading, None without one."""
+        return None if self.counter is None else self.counter.forwarded_bytes(gateway)
 
     @staticmethod
     def plan_problems(steps: Sequence[int]) -> list[str]:
@@ -304,25 +335,28 @@ def from_config(raw: object, where: str = "legacy.adapter"
                                     "kind command")
         counter = None
         if "commands" in raw:
-            commands = _commands(raw["commands"], ("forwarded_packets",), where)
+            commands = _commands(raw["commands"], ("forwarded_packets",), where,
+                                 OPTIONAL)
             counter = CommandAdapter(commands, timeout)
         return NoActionAdapter(routers, counter)
     if "commands" not in raw:
         raise LegacyConfigError(f"{where}.commands: missing (a command for each of "
                                 f"{', '.join(ACTIONS)})")
-    return CommandAdapter(_commands(raw["commands"], ACTIONS, where), timeout)
+    return CommandAdapter(_commands(raw["commands"], ACTIONS, where, OPTIONAL), timeout)
 
 
-def _commands(raw: object, actions: Sequence[str], where: str) -> dict[str, tuple[str, ...]]:
-    """A command for each of `actions`, and nothing else."""
+def _commands(raw: object, actions: Sequence[str], where: str, optional: Sequence[str] = ()
+              ) -> dict[str, tuple[str, ...]]:
+    """A command for each of `actions`, maybe one for each of `optional`, nothing else."""
     if not isinstance(raw, Mapping):
         raise LegacyConfigError(f"{where}.commands: not a mapping of action to command")
-    _only(raw, set(actions), f"{where}.commands")
+    _only(raw, set(actions) | set(optional), f"{where}.commands")
     missing = [a for a in actions if a not in raw]
     if missing:
         raise LegacyConfigError(f"{where}.commands: no command for {', '.join(missing)} "
                                 "(every action needs one)")
-    return {a: _argv(raw[a], f"{where}.commands.{a}") for a in actions}
+    return {a: _argv(raw[a], f"{where}.commands.{a}") for a in (*actions, *optional)
+            if a in raw}
 
 
 def _decimal(value: object) -> float | None:
@@ -370,9 +404,9 @@ def loads(text: str, source: str = "<legacy adapter>") -> CommandAdapter | NoAct
     """An adapter from a YAML document that is its configuration mapping (strict dialect:
     unknown and duplicate keys, YAML 1.1 numbers and booleans are errors)."""
     try:
-        raw = yaml.load(text, Loader=StrictLoader)
-    except yaml.YAMLError as exc:
-        raise LegacyConfigError(f"{source}: not valid YAML: {exc}") from None
+        raw = strict_yaml.load(text, source, StrictLoader)
+    except strict_yaml.YamlInputError as exc:
+        raise LegacyConfigError(str(exc)) from None
     return from_config(raw, source)
 
 

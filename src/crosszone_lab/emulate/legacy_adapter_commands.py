@@ -13,6 +13,7 @@ namespace each) those commands are this module:
     restore GATEWAY [PREFIX...]    announce PREFIX... again; with none: every prefix, no link
                                    bandwidth, no graceful shutdown (as before the migration)
     forwarded-packets GATEWAY      print the nftables `forwarded` counters (both families)
+    forwarded-bytes GATEWAY        print their bytes (the optional forwarded_bytes action)
 
 `adapter_section()` gives the configuration section that points the adapter here. The
 gateway is looked up in the running deployment (or in `--topology` when given: the unit tests
@@ -39,7 +40,11 @@ from crosszone_lab.emulate.kinds import DeployError
 MODULE = "crosszone_lab.emulate.legacy_adapter_commands"
 #: The adapter's actions (legacy_adapter.ACTIONS) and this module's sub-command for each.
 SUBCOMMANDS = {"set_weight": "set-weight", "drain": "drain", "withdraw": "withdraw",
-               "restore": "restore", "forwarded_packets": "forwarded-packets"}
+               "restore": "restore", "forwarded_packets": "forwarded-packets",
+               "forwarded_bytes": "forwarded-bytes"}
+#: The counters' sub-commands, and what each prints from `nft -j list counters`.
+COUNTERS = {"forwarded-packets": legacy_gateway.forwarded_packets,
+            "forwarded-bytes": legacy_gateway.forwarded_bytes}
 
 
 def adapter_section(topology_file: Path | None = None, vtysh: str | None = None,
@@ -135,15 +140,15 @@ def run_action(p: topology.Plan, action: str, gateway: str, values: Sequence[str
     counter for forwarded-packets, else ""). Raises ActionFailed."""
     try:
         gw = _gateway(p, gateway)
-        if action == "forwarded-packets":
+        if action in COUNTERS:
             if values:
-                raise DeployError(f"forwarded-packets takes no value: {values}")
+                raise DeployError(f"{action} takes no value: {values}")
             out = subprocess.run([ip, "netns", "exec", gw.ns, "nft", "-j", "list", "counters"],
                                  capture_output=True, text=True, check=False)
             if out.returncode != 0:
                 raise ActionFailed(f"nft in {gw.ns}: exit status {out.returncode}: "
                                    f"{out.stderr.strip()}", out.returncode)
-            return str(legacy_gateway.forwarded_packets(out.stdout))
+            return str(COUNTERS[action](out.stdout))
         commands, checked = bgpd_commands(p, action, values)
         argv_ = [vtysh, *frr.vtysh(gw.ns, *commands).argv[1:]]
         done = subprocess.run(argv_, capture_output=True, text=True, check=False)
@@ -192,9 +197,16 @@ class InProcessAdapter:
 
     def forwarded_packets(self, gateway: str) -> int:
         """The nftables `forwarded` counters of the gateway."""
-        out = self._run("forwarded_packets", gateway).strip()
+        return self._count("forwarded_packets", gateway)
+
+    def forwarded_bytes(self, gateway: str) -> int:
+        """Their bytes."""
+        return self._count("forwarded_bytes", gateway)
+
+    def _count(self, action: str, gateway: str) -> int:
+        out = self._run(action, gateway).strip()
         if not out.isdigit():
-            raise LegacyActionError("forwarded_packets", gateway, f"not a count: {out!r}")
+            raise LegacyActionError(action, gateway, f"not a count: {out!r}")
         return int(out)
 
 

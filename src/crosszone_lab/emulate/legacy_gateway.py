@@ -200,8 +200,9 @@ def policy_ops(p: Plan, gw: Gateway) -> list[Op]:
     return ops
 
 
-def nft_counter(nft_json: str, name: str) -> int:
-    """Packets of the czgw counters called `name` (every table), from `nft -j list counters`.
+def nft_counter(nft_json: str, name: str, field: str = "packets") -> int:
+    """Packets (or `field` bytes) of the czgw counters called `name` (every table), from
+    `nft -j list counters`.
 
     Raises DeployError when the output is not nftables JSON or holds no such counter (the
     gateway's table is missing): a failed read must never count as zero."""
@@ -211,7 +212,7 @@ def nft_counter(nft_json: str, name: str) -> int:
         counters = [item["counter"] for item in items
                     if isinstance(item, dict) and isinstance(item.get("counter"), dict)]
         ours = [c for c in counters if c.get("table") == "czgw" and c.get("name") == name]
-        total = sum(int(c["packets"]) for c in ours)
+        total = sum(int(c[field]) for c in ours)
     except (json.JSONDecodeError, TypeError, KeyError, ValueError) as exc:
         raise DeployError(f"nftables counters: unreadable ({exc!r}): {nft_json[:80]!r}") from None
     if not ours:
@@ -230,6 +231,11 @@ def forwarded_packets(nft_json: str) -> int:
     ForwDatagrams counts those echoes too: 800 a second per gateway, which a drain would read
     as traffic that never stops."""
     return nft_counter(nft_json, "forwarded")
+
+
+def forwarded_bytes(nft_json: str) -> int:
+    """Bytes of the `forwarded` counters (IP packets as forwarded: GRO-merged ones whole)."""
+    return nft_counter(nft_json, "forwarded", "bytes")
 
 
 class LegacyGateway:
@@ -274,9 +280,9 @@ def floating_route_ops(p: Plan, gw: Gateway, on: bool) -> list[Op]:
     what it forwards to (every host's VTEP subnet via the compute router, the storage subnets
     via the storage router), so that a gateway whose link comes back forwards at once instead of
     dropping until BGP has taught it those routes again. They go through FRR, not `ip route`:
-    zebra takes a kernel route it did not make as distance 0, prefers it to BGP's, and did not
-    put BGP's back when the kernel route went (a first try with metric-250 kernel routes left
-    the legacy gateways without routes). Measured by `bench failover --kinds legacy-careful`."""
+    zebra takes a kernel route it did not make as distance 0, prefers it to BGP's, and does not
+    put BGP's back when the kernel route goes (kernel routes with metric 250 leave the legacy
+    gateways without routes). Measured by `bench failover --kinds legacy-careful`."""
     s = p.spec.storage
     routes = [f"ip route {ipaddress.ip_interface(f'{h.vtep}/24').network} {gw.compute_peer}"
               for h in p.hosts]

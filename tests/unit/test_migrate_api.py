@@ -132,6 +132,9 @@ def test_an_operation_is_answered_through_the_api(setup) -> None:
     assert r.status_code == 200 and r.json()["runner_alive"] is True
     op_id = r.json()["op"]["id"]
     assert api.get(f"/v1/migration/ops/{op_id}").json()["status"] == "queued"
+    other = api.post("/v1/migration/start", json=Plan(steps=(100,)).to_json(), headers=AUTH)
+    assert other.status_code == 409 and f"another start is queued already (operation {op_id}" \
+        in other.json()["detail"]  # two starts: exactly one is taken
     e.tick()
     got = api.get(f"/v1/migration/ops/{op_id}").json()
     assert got["status"] == "done" and got["state"] == "canary"

@@ -283,17 +283,52 @@ def test_two_starts_on_one_store_exactly_one_wins(setup) -> None:
     assert [h["event"] for h in eng.read_state(store).history] == ["start", "canary_on"]
 
 
-def test_two_starts_through_the_queue_one_done_one_refused(setup) -> None:
+def test_of_two_starts_queued_at_once_exactly_one_is_taken(setup) -> None:
     store, drv, clock = setup
     e = _engine(store, drv, clock)
     e.acquire()  # `crosszone migrate run`, waiting for operations
     a = eng.submit(store, "start", clock, plan=PLAN)
-    b = eng.submit(store, "start", clock, plan=Plan(steps=(100,)))
+    with pytest.raises(eng.MigrationError, match=f"another start is queued already "
+                                                 f"[(]operation {a['id']}, queued[)]"):
+        eng.submit(store, "start", clock, plan=Plan(steps=(100,)))
     e.tick()
-    got = [op_queue.read(store, x["id"], clock()) for x in (a, b)]
-    assert [g["status"] for g in got if g] == ["done", "refused"]
-    assert "already under way" in (got[1] or {})["why"]
+    got = op_queue.read(store, a["id"], clock())
+    assert got is not None and got["status"] == "done"
     assert eng.read_state(store).the_plan == PLAN
+    ops = eng.status(store)["ops"]
+    assert [o["status"] for o in ops] == ["done", "expired"]  # the loser, withdrawn
+
+
+def test_a_start_after_a_refused_one_can_be_queued(setup) -> None:
+    store, drv, clock = setup
+    drv.problems = ["xgw1: BGP session with 10.10.4.1 is Idle"]
+    e = _engine(store, drv, clock)
+    e.acquire()
+    first = eng.submit(store, "start", clock, plan=PLAN)
+    e.tick()
+    assert (op_queue.read(store, first["id"], clock()) or {})["status"] == "refused"
+    drv.problems = []
+    again = eng.submit(store, "start", clock, plan=PLAN)  # the pending start was answered
+    e.tick()
+    assert (op_queue.read(store, again["id"], clock()) or {})["status"] == "done"
+    assert e.state.state == "canary"
+
+
+def test_a_start_left_running_by_a_dead_runner_does_not_block_the_next(setup) -> None:
+    store, _drv, clock = setup
+    e = _engine(store, FakeDriver(), clock)
+    e.acquire()
+    first = eng.submit(store, "start", clock, plan=PLAN)
+    taken = next(op_queue.take(store, str(e.lease.owner["nonce"]), clock()))
+    assert taken["id"] == first["id"]  # taken; then kill -9 before it was answered
+    with pytest.raises(eng.MigrationError, match="running"):
+        eng.submit(store, "start", clock, plan=PLAN)  # while that runner lives
+    clock.t += eng.RUNNER_TIMEOUT_S + 1
+    e2 = _engine(store, FakeDriver(), clock)
+    e2.acquire()
+    op = eng.submit(store, "start", clock, plan=PLAN)
+    e2.tick()
+    assert (op_queue.read(store, op["id"], clock()) or {})["status"] == "done"
 
 
 def test_a_writer_that_lost_the_state_cannot_overwrite_it(setup) -> None:

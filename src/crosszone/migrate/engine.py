@@ -55,6 +55,8 @@ from crosszone.store.store import Store
 
 RUNNER = leases.RUNNER
 OP_PREFIX = op_queue.OP_PREFIX
+#: The id of the one start operation that may be pending (op_queue.claim_single).
+PENDING_START = "migration/start_pending"
 
 OPS = ("start", "pause", "resume", "rollback", "finish")
 #: Keys of a driver's `last_move` that the history keeps with each weight move.
@@ -180,8 +182,16 @@ def submit(store: Store, op: str, clock: Callable[[], float] = time.time,
             raise MigrationError(str(exc)) from None
     now = clock()
     info = leases.alive(store, now)
-    return op_queue.queue(store, op, now, reason, str(info["owner"]["nonce"]) if info else None,
-                          plan_doc)
+    runner = str(info["owner"]["nonce"]) if info else None
+    doc = op_queue.queue(store, op, now, reason, runner, plan_doc)
+    if op == "start":  # of two starts queued at once, exactly one is taken
+        held = op_queue.claim_single(store, PENDING_START, doc, now, runner)
+        if held is not None:
+            why = (f"another start is queued already (operation {held['id']}, "
+                   f"{held['status']}): its answer says whether the migration began")
+            op_queue.withdraw(store, doc["id"], now, why)
+            raise MigrationError(why)
+    return doc
 
 
 def _guard_rows(values: dict[str, float], limits: dict[str, float],

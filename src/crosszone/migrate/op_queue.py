@@ -74,6 +74,24 @@ def read(store: Store, op_id: str, now: float) -> dict[str, Any] | None:
     return _as_of(parse(store.get(OP_PREFIX + op_id)), now)
 
 
+def claim_single(store: Store, key: str, doc: dict[str, Any], now: float,
+                 live_runner: str | None) -> dict[str, Any] | None:
+    """Make `doc` the one pending operation of its kind (`key` holds its id, written by
+    compare-and-swap): None when it is, else the pending operation that holds the key (queued,
+    or running on the live runner `live_runner`)."""
+    raw, rev = store.get_versioned(key)
+    if raw is not None:
+        held = read(store, raw.decode(errors="replace"), now)
+        if held is not None and (held["status"] == QUEUED or (
+                held["status"] == RUNNING and held.get("runner") == live_runner)):
+            return held
+    if store.put_if(key, doc["id"].encode(), rev) is None:  # another caller, this moment
+        raw = store.get(key)
+        won = read(store, raw.decode(errors="replace"), now) if raw else None
+        return won or {"id": "?", "status": QUEUED}
+    return None
+
+
 def recent(store: Store, now: float, n: int = 10) -> list[dict[str, Any]]:
     """The last n operations, oldest first (a stored value that is not one says so)."""
     items, _ = store.get_prefix(OP_PREFIX)

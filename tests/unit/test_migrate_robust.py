@@ -181,6 +181,22 @@ def test_a_poisoned_stored_migration_is_reported_and_no_runner_fails_on_it(setup
     assert store.get(eng.KEY) == raw  # and nothing overwrote it
 
 
+def test_a_start_whose_queued_plan_was_poisoned_is_refused_naming_the_field(setup) -> None:
+    store, drv, clock = setup
+    e = _engine(store, drv, clock)
+    e.acquire()  # `crosszone migrate run`
+    op = eng.submit(store, "start", clock, plan=PLAN)
+    key = op_queue.OP_PREFIX + op["id"]
+    doc = json.loads(store.get(key) or b"{}")
+    doc["plan"]["dwell_s"] = "x"  # written straight into the store
+    store.put(key, json.dumps(doc).encode())
+    e.tick()
+    got = op_queue.read(store, op["id"], clock())
+    assert got is not None and got["status"] == "refused"
+    assert got["why"].startswith("plan.dwell_s: Input should be a valid number")
+    assert not drv.canary_on and eng.read_state(store).state == "none"
+
+
 # ---- point 8: a queue of operations, each answered --------------------------------------------
 
 def test_two_operations_are_both_kept_and_answered_in_order(setup) -> None:

@@ -39,11 +39,44 @@ def _golden(name: str, text: str) -> None:
 
 
 def test_compute_router_config(plan: topology.Plan) -> None:
-    _golden("compute-router.conf", frr.router_config(plan, "compute"))
+    # as `up` starts it: the crosszone gateways on standby until their fast path is attached
+    _golden("compute-router.conf",
+            frr.router_config(plan, "compute", plan.gateways_of("crosszone")))
 
 
 def test_storage_router_config(plan: topology.Plan) -> None:
-    _golden("storage-router.conf", frr.router_config(plan, "storage"))
+    _golden("storage-router.conf",
+            frr.router_config(plan, "storage", plan.gateways_of("crosszone")))
+
+
+def test_routers_take_or_refuse_an_agents_gateway(plan: topology.Plan) -> None:
+    """A crosszone gateway's announcements are its agent's: the switch takes it in and out on
+    the routers' side (storage router first in, compute router first out), both families."""
+    gw = plan.gateways_of("crosszone")[0]
+    take, refuse = deploy.take_in_ops(plan, gw), deploy.take_out_ops(plan, gw)
+    assert take == frr.router_accept_ops(plan, gw, True)
+    assert refuse == frr.router_accept_ops(plan, gw, False)
+
+    def lines(op: netns.Op) -> list[str]:
+        assert isinstance(op, netns.Cmd)
+        return [op.argv[i + 1] for i, a in enumerate(op.argv) if a == "-c"]
+
+    sr, cr = (str(frr.frr_dir(ns)) for ns in (plan.storage_router_ns, plan.compute_router_ns))
+    assert [op.argv[2] for op in take] == [sr, cr]  # type: ignore[attr-defined]
+    assert [op.argv[2] for op in refuse] == [cr, sr]  # type: ignore[attr-defined]
+    storage_in = lines(take[0])
+    assert storage_in.count(f"no neighbor {gw.storage_addr} route-map {frr.STANDBY_MAP} in") == 2
+    assert "address-family ipv6 unicast" in storage_in
+    assert lines(refuse[0]) == [
+        "configure terminal", f"router bgp {topology.COMPUTE_ROUTER_AS}",
+        "address-family ipv4 unicast", f"neighbor {gw.compute_addr} route-map "
+        f"{frr.STANDBY_MAP} in", "exit-address-family", "end"]
+    assert not take[0].check and refuse[0].check  # type: ignore[attr-defined]
+    # nothing of it reaches the gateway itself; a legacy gateway announces by itself
+    assert all(gw.ns not in " ".join(op.argv) for op in take + refuse)  # type: ignore[attr-defined]
+    lgw = plan.gateways_of("legacy")[0]
+    assert deploy.take_in_ops(plan, lgw) == frr.announce_ops(plan, lgw)
+    assert deploy.take_out_ops(plan, lgw) == frr.withdraw_ops(plan, lgw)
 
 
 def test_gateway_config_active_and_standby(plan: topology.Plan) -> None:
@@ -102,6 +135,16 @@ def test_intent_matches_the_plan(plan: topology.Plan) -> None:
     assert {k: v for k, v in one.items() if k != "gateways"} == {
         k: v for k, v in doc.items() if k != "gateways"}
     assert {v["vni"] for v in doc["vpcs"]} == {1001, 1002}
+    # each gateway's routing, for its agent to render: the routers as peers with their roles
+    for gw, g in zip(gws, doc["gateways"], strict=True):
+        assert g["bgp"] == {
+            "asn": topology.GATEWAY_AS, "router_id": gw.router_id,
+            "peers": [{"address": gw.compute_peer, "asn": topology.COMPUTE_ROUTER_AS,
+                       "role": "compute"},
+                      {"address": gw.storage_peer, "asn": topology.STORAGE_ROUTER_AS,
+                       "role": "storage"}],
+            "bfd": {"interval_ms": plan.spec.bfd.interval_ms,
+                    "multiplier": plan.spec.bfd.multiplier}}
 
 
 def test_build_ops_are_planned_not_run(plan: topology.Plan) -> None:
@@ -110,11 +153,27 @@ def test_build_ops_are_planned_not_run(plan: topology.Plan) -> None:
     cmds = [str(op) for op in ex.ops if isinstance(op, netns.Cmd)]
     assert any("type vxlan id 1001" in c for c in cmds)
     assert all(topology.PREFIX in c or not c.startswith("ip netns exec") for c in cmds)
-    # Crosszone gateways start silent; legacy ones announce.
+    # Legacy gateways announce by their own configuration. A crosszone gateway's FRR starts
+    # empty (its agent renders and applies its configuration) and the routers keep it on
+    # standby until its fast path is attached.
     confs = {str(op.path): op.text for op in ex.ops if isinstance(op, netns.WriteFile)}
     lgw = next(t for p, t in confs.items() if p.endswith(f"{topology.PREFIX}lgw1/frr.conf"))
-    xg = next(t for p, t in confs.items() if p.endswith(f"{topology.PREFIX}xgw1/frr.conf"))
-    assert "network 10.0.0.100/32" in lgw and "network 10.0.0.100/32" not in xg
+    assert "network 10.0.0.100/32" in lgw
+    for gw in plan.gateways_of("crosszone"):
+        for name in ("frr.conf", "bfdd.conf"):
+            text = confs[str(frr.frr_dir(gw.ns) / name)]
+            assert text == frr.AGENT_START_CONFIG
+            assert "router bgp" not in text and "hostname" not in text
+        start = [op.argv for op in ex.ops if isinstance(op, netns.Cmd)
+                 and op.argv[:4] == ("ip", "netns", "exec", gw.ns) and "-f" in op.argv]
+        assert len(start) == len(frr.DAEMONS)
+        assert all(f"file:{frr.frr_dir(gw.ns) / 'frr.log'}" in argv for argv in start)
+    for ns in (plan.compute_router_ns, plan.storage_router_ns):
+        router = confs[str(frr.frr_dir(ns) / "frr.conf")]
+        refused = {line.split()[1] for line in router.splitlines()
+                   if line.endswith(f"route-map {frr.STANDBY_MAP} in")}
+        attr = "compute_addr" if ns == plan.compute_router_ns else "storage_addr"
+        assert refused == {getattr(g, attr) for g in plan.gateways_of("crosszone")}
 
 
 def test_cluster_intent_is_valid_and_compiles_for_every_gateway(plan: topology.Plan) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from crosszone.linux.netns import Cmd
 from crosszone_lab.bench import failover
-from crosszone_lab.emulate import failures, topology
+from crosszone_lab.emulate import deploy, failures, frr, topology
 from crosszone_lab.workload import udp_probe
 from crosszone_lab.workload.udp_probe import Record, analyse
 
@@ -198,8 +198,11 @@ def test_every_event_injects_and_repairs_on_its_gateway_only(name: str) -> None:
         ops = ev.inject + ev.repair
         assert ev.inject and ev.repair
         text = " ".join(" ".join(op.argv) for op in ops if isinstance(op, Cmd))
-        assert gw.ns in text
-        assert all(other.ns not in text for other in p.gateways if other is not gw)
+        # a crosszone gateway's planned withdraw is the routers' (they refuse its routes)
+        routers_side = name == "withdraw" and deploy.routing_by_agent(gw)
+        assert (f"neighbor {gw.compute_addr} " in text) if routers_side else gw.ns in text
+        assert all(other.ns not in text and f"neighbor {other.compute_addr} " not in text
+                   for other in p.gateways if other is not gw)
 
 
 def test_link_events_take_the_named_side_down_and_up() -> None:
@@ -223,6 +226,17 @@ def test_restarted_bgpd_announces_again_only_when_the_gateway_carried_traffic() 
     on = failures.event(p, gw, "bgpd_killed", Path("/x"), announcing=True)
     off = failures.event(p, gw, "bgpd_killed", Path("/x"), announcing=False)
     assert len(on.repair) > len(off.repair) == 1
+
+
+def test_a_crosszone_gateways_restarted_bgpd_reads_its_agents_configuration() -> None:
+    """Its agent keeps the whole configuration in the file bgpd starts from: the repair is the
+    restart alone, logging by command line as `up` started it."""
+    p = _plan()
+    gw = p.gateways_of("crosszone")[0]
+    for daemon in ("bgpd", "bfdd"):
+        ev = failures.event(p, gw, f"{daemon}_killed", Path("/x"), announcing=True)
+        assert [op.argv for op in ev.repair if isinstance(op, Cmd)] == [
+            frr.daemon_start_op(gw.ns, daemon, log_arg=True).argv]
 
 
 def test_unknown_event_is_an_error_naming_the_choices() -> None:

@@ -66,20 +66,20 @@ def test_every_example_gateway_with_bgp_renders_its_golden(example: str, gateway
 
 
 def _emulated() -> tuple[topology.Plan, Cluster]:
-    """The emulator's cluster intent for examples/emulate-small.yaml, with each gateway's
-    `bgp:` written from the emulator's own routing plan (what deliverable 6 will put there)."""
+    """The emulator's cluster intent for examples/emulate-small.yaml: each crosszone gateway's
+    `bgp:` is what its agent renders the gateway's FRR configuration from."""
     plan = topology.plan(topology.load(ROOT / "examples" / "emulate-small.yaml"))
     doc = control_plane.cluster_intent(plan)
     by_name = {gw.name: gw for gw in plan.gateways}
     for g in doc["gateways"]:
         gw = by_name[g["name"]]
-        g["bgp"] = {"asn": GATEWAY_AS, "router_id": gw.router_id,
-                    "bfd": {"interval_ms": plan.spec.bfd.interval_ms,
-                            "multiplier": plan.spec.bfd.multiplier},
-                    "peers": [{"address": gw.compute_peer, "asn": COMPUTE_ROUTER_AS,
-                               "role": "compute"},
-                              {"address": gw.storage_peer, "asn": STORAGE_ROUTER_AS,
-                               "role": "storage"}]}
+        assert g["bgp"] == {"asn": GATEWAY_AS, "router_id": gw.router_id,
+                            "peers": [{"address": gw.compute_peer, "asn": COMPUTE_ROUTER_AS,
+                                       "role": "compute"},
+                                      {"address": gw.storage_peer, "asn": STORAGE_ROUTER_AS,
+                                       "role": "storage"}],
+                            "bfd": {"interval_ms": plan.spec.bfd.interval_ms,
+                                    "multiplier": plan.spec.bfd.multiplier}}
     return plan, parse_cluster(yaml.safe_dump(doc))
 
 
@@ -129,6 +129,8 @@ def _facts(config: str) -> dict[str, object]:
 
 
 def test_emulated_gateway_is_equivalent_to_the_emulators_own_configuration() -> None:
+    """The agent's configuration of a crosszone gateway behaves as the emulator's of a legacy
+    gateway (emulate/frr.py), so both kinds meet the routers alike."""
     plan, cluster = _emulated()
     for gw in (g for g in plan.gateways if g.kind == "crosszone"):
         ours = render(cluster, gw.name, hostname=HOST)

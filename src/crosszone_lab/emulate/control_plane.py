@@ -6,12 +6,17 @@ to the intent's current revision. The emulator runs exactly that, in the root na
 loopback (the agents reach their gateway's interfaces with `--netns`):
 
 - the cluster intent (`cluster_intent`, format version 2) lists every crosszone gateway of the
-  plan; the storage router answers on one MAC on all its gateway-facing ports, as routers do, so
-  one storage next hop serves every gateway;
+  plan with its `bgp:` (AS, router id, the two routers as peers with their roles, the
+  topology's BFD timers); the storage router answers on one MAC on all its gateway-facing ports,
+  as routers do, so one storage next hop serves every gateway;
 - `crosszone controller` over `store.db` in the run directory, with a token file beside it;
 - the intent is applied through the controller's API (`crosszone apply` does the same);
-- `crosszone agent` per gateway, metrics on 127.0.0.1 (Prometheus can scrape them);
-- `wait_applied` returns once every agent has reported the intent's revision.
+- `crosszone agent` per gateway, metrics on 127.0.0.1 (Prometheus can scrape them): it attaches
+  the fast path, programs its maps and owns the gateway's FRR (`--frr-vty`: the namespace's
+  daemons, started empty by the emulator), rendering and applying its configuration from the
+  intent (docs/routing.md), as on a real gateway host;
+- `wait_applied` returns once every agent has reported the intent's revision, in its maps and in
+  its FRR.
 
 Ports follow the emulator instance (CROSSZONE_EMULATE_INSTANCE), so two instances do not collide.
 Every process has a pidfile in the run directory; `emulate down` stops them with the rest.
@@ -38,11 +43,19 @@ from crosszone.intent.schema import Policy
 from crosszone.linux import pids
 from crosszone_lab.emulate import frr
 from crosszone_lab.emulate.kinds import DeployError
-from crosszone_lab.emulate.topology import INSTANCE, RUN_DIR, Gateway, Plan, router_mac
+from crosszone_lab.emulate.topology import (
+    COMPUTE_ROUTER_AS,
+    GATEWAY_AS,
+    INSTANCE,
+    RUN_DIR,
+    STORAGE_ROUTER_AS,
+    Gateway,
+    Plan,
+    router_mac,
+)
 
 POOL = "storage"
 CONTROL_DIR = RUN_DIR / "control"
-GATEWAY_AS = 65100
 
 
 def port_base() -> int:
@@ -111,7 +124,8 @@ def cluster_intent(p: Plan) -> dict[str, Any]:
     The compute interface's next hop is the compute router's MAC on that gateway's link; the
     storage pool's one next hop is the storage router (one MAC on every gateway-facing port);
     the host table has one entry per workload endpoint (host VTEP, inner address, inner MAC);
-    the traffic policy is the topology's (`policy:`, docs/policy.md).
+    the traffic policy is the topology's (`policy:`, docs/policy.md); `bgp:` is what the
+    gateway's agent renders its FRR configuration from (`bgp`).
     """
     gws = gateways(p)
     if not gws:
@@ -131,6 +145,7 @@ def cluster_intent(p: Plan) -> dict[str, Any]:
                      "next_hop_mac": gw.compute_peer_mac},
                     {"name": "s0", "role": "storage", "mac": gw.storage_mac},
                 ],
+                "bgp": bgp(p, gw),
             }
             for gw in gws
         ],
@@ -167,6 +182,20 @@ def cluster_intent(p: Plan) -> dict[str, Any]:
             }
         ],
         "policy": p.spec.policy.model_dump(include=set(Policy.model_fields)),
+    }
+
+
+def bgp(p: Plan, gw: Gateway) -> dict[str, Any]:
+    """The gateway's `bgp:` entry: the gateways' shared AS (so the routers' paths tie and their
+    multipath spreads over them), its router id, the compute router as the peer that gets the
+    anycast VTEP and the storage router as the one that gets the storage-facing prefixes, and
+    the topology's BFD timers (the routers' profile has the same)."""
+    return {
+        "asn": GATEWAY_AS,
+        "router_id": gw.router_id,
+        "peers": [{"address": gw.compute_peer, "asn": COMPUTE_ROUTER_AS, "role": "compute"},
+                  {"address": gw.storage_peer, "asn": STORAGE_ROUTER_AS, "role": "storage"}],
+        "bfd": {"interval_ms": p.spec.bfd.interval_ms, "multiplier": p.spec.bfd.multiplier},
     }
 
 
@@ -264,7 +293,9 @@ def start_controller(p: Plan) -> int:
 
 
 def start_agent(p: Plan, gw: Gateway) -> None:
-    """Start `gw`'s agent (unless running): it attaches the fast path, then programs it."""
+    """Start `gw`'s agent (unless running): it attaches the fast path, programs it, and owns
+    the FRR of `gw`'s namespace (`--frr-vty`: the daemons' socket directory, whose frr.conf they
+    start from and the agent keeps)."""
     if pids.pidfile_alive(agent_pidfile(gw)):
         return
     # The agent attaches the fast path (its map allocation holds a CPU for up to a second):
@@ -295,18 +326,34 @@ def agent_status(gw: Gateway) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def routing_managed(status: dict[str, Any]) -> bool:
+    """Whether an agent's status says it has applied the intent's routing to its FRR and has
+    no routing error since. (Its routing revision moves only with the intent's core object: a
+    change of hosts or routes alone leaves the rendered configuration as it is.)"""
+    routing = status.get("routing")
+    return (isinstance(routing, dict) and routing.get("mode") == "managed"
+            and routing.get("revision") is not None)
+
+
 def wait_applied(gw: Gateway, revision: int, timeout: float = 60.0) -> None:
-    """Until `gw`'s agent reports `revision` (or later) applied and healthy."""
+    """Until `gw`'s agent reports `revision` (or later) applied and healthy, and its FRR holds
+    the routing it renders from the intent's `bgp:` (`routing_managed`)."""
     def done() -> bool:
         s = agent_status(gw)
-        return int(s.get("revision") or 0) >= revision and s.get("health") == "ok"
+        return (int(s.get("revision") or 0) >= revision and s.get("health") == "ok"
+                and routing_managed(s))
 
     def why() -> str:
         if not pids.pidfile_alive(agent_pidfile(gw)):
             return "the agent died, log: " + _tail(f"agent-{gw.name}")
         s = agent_status(gw)
-        return f"last status {s.get('health')} at revision {s.get('revision')}: " \
-               f"{s.get('message')}" if s else "no status yet"
+        if not s:
+            return "no status yet"
+        got = s.get("routing")
+        routing: dict[str, Any] = got if isinstance(got, dict) else {}
+        return (f"last status {s.get('health')} at revision {s.get('revision')}: "
+                f"{s.get('message')}; routing {routing.get('mode')} at revision "
+                f"{routing.get('revision')}: {routing.get('message')}")
 
     _wait(f"{gw.name}'s agent to apply revision {revision}", done, timeout, why)
 

@@ -1,10 +1,14 @@
 """The crosszone gateway in the emulation: programmed by the control plane, inspected by the CLI.
 
-The namespace itself is plumbed like every gateway (links, anycast VTEP on lo, FRR); what makes it
-a crosszone gateway is the XDP fast path. `attach` starts the emulation's control plane
-(control_plane.py: a controller with the cluster intent, one agent per gateway); the agent
-attaches the program and keeps its maps equal to the intent. Counters are read with
-`crosszone fastpath stats`, so the emulator needs no fast-path internals.
+The namespace itself is plumbed like every gateway (links, the anycast VTEP on its storage link,
+FRR's daemons); what makes it a crosszone gateway is the product. `attach` starts the emulation's
+control plane (control_plane.py: a controller with the cluster intent, one agent per gateway);
+the agent attaches the program, keeps its maps equal to the intent and owns the gateway's FRR:
+its daemons start with no configuration (frr.AGENT_START_CONFIG) and the agent renders and
+applies the gateway's BGP, BFD and anchors from the intent's `bgp:`, announcing a VPC only once
+its maps are programmed, as on a real gateway host. Nothing here writes the gateway's routing.
+Counters are read with `crosszone fastpath stats`, so the emulator needs no fast-path
+internals.
 """
 
 from __future__ import annotations
@@ -41,11 +45,13 @@ def intent(p: Plan, gw: Gateway) -> dict[str, Any]:
 def attach_ops(gw: Gateway) -> list[Op]:
     """Load and attach the fast path again over `gw`'s pinned maps and reconcile them once with
     the store (an upgrade: the new program takes over the live maps; bpf_xdp_attach replaces the
-    program on the device atomically). The running agent keeps programming the same maps."""
+    program on the device atomically). The running agent keeps programming the same maps and
+    owns the gateway's FRR, so this one-shot agent leaves routing alone (`--no-routing`: without
+    it, it would apply the intent's `bgp:` to the system's FRR)."""
     # Off the control CPU: loading holds its CPU for up to a second (frr.control_cpus).
     return [Cmd((*frr.loader_pin(), crosszone_bin(), "agent", "--gateway", gw.name, "--once",
-                 "--reattach", "--store", control_plane.store_url(), "--pin-dir", str(gw.pin_dir),
-                 "--netns", gw.ns, "--metrics", "",
+                 "--reattach", "--no-routing", "--store", control_plane.store_url(),
+                 "--pin-dir", str(gw.pin_dir), "--netns", gw.ns, "--metrics", "",
                  "--state-file", str(control_plane.agent_state_file(gw))))]
 
 
@@ -145,9 +151,9 @@ class CrosszoneGateway:
         return fastpath_available()
 
     def attach(self, ex: Executor, p: Plan, gw: Gateway) -> None:
-        """Start the controller (once) and `gw`'s agent, which attaches the fast path and
-        programs it; wait until it has applied the intent, then check that both router-side
-        peers got XDP_PASS."""
+        """Start the controller (once) and `gw`'s agent, which attaches the fast path, programs
+        it and configures the gateway's FRR; wait until it has applied the intent to both, then
+        check that both router-side peers got XDP_PASS."""
         revision = control_plane.start_controller(p)
         control_plane.start_agent(p, gw)
         control_plane.wait_applied(gw, revision)

@@ -3,6 +3,13 @@
 `build_ops` is the whole plan as a list of operations (tested without root); `up` applies it
 through an Executor, then waits (injected clock) for BGP to converge. `down` removes everything,
 from the state file and by sweeping the `czemu-` prefix, and works after a crash.
+
+Who configures a gateway's routing: the emulator writes the FRR configuration of the routers and
+of the gateways of a kind without an agent (legacy); a gateway whose kind attaches (crosszone)
+is deployed as a real gateway host is, its FRR daemons started empty and its agent rendering and
+applying its configuration from the cluster intent (control_plane.py). So the switch moves
+traffic to and from a legacy gateway by its own announcements, and to and from a crosszone
+gateway on the routers' side: they take its routes or keep it on standby (`frr.router_accept_ops`).
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ from crosszone_lab.emulate.topology import (
 
 #: Where FRR makes a directory per pathspace (`-N NAME`), which `down` removes.
 FRR_PATHSPACES = Path("/var/run/frr")
+#: How long every session of a gateway whose agent configured it must have been up before `up`
+#: is done (`wait_sessions`).
+SETTLED_S = 3.0
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
 DeployError = kinds.DeployError  # raised by a kind's attach as well
@@ -114,6 +124,25 @@ def is_announcing(gw: Gateway, active: str) -> bool:
     return kinds.is_announcing(gw.kind, active)
 
 
+def routing_by_agent(gw: Gateway) -> bool:
+    """Whether `gw`'s FRR configuration is its agent's (a kind that attaches: the control plane
+    programs it), not the emulator's."""
+    return kinds.get(gw.kind).attaches
+
+
+def take_in_ops(p: Plan, gw: Gateway) -> list[Op]:
+    """Make `gw` carry traffic: a gateway the emulator configures announces its prefixes; one
+    whose agent owns its routing announces what its intent says, and the routers take it."""
+    return frr.router_accept_ops(p, gw, True) if routing_by_agent(gw) else frr.announce_ops(p, gw)
+
+
+def take_out_ops(p: Plan, gw: Gateway) -> list[Op]:
+    """Take `gw` out of the traffic (sessions and BFD stay up): withdrawn by the gateway the
+    emulator configures, refused by the routers for a gateway whose agent owns its routing."""
+    return (frr.router_accept_ops(p, gw, False) if routing_by_agent(gw)
+            else frr.withdraw_ops(p, gw))
+
+
 def build_ops(p: Plan, active: str) -> list[Op]:
     """Every operation of `up`, in order (fast-path attach excluded: it is optional)."""
     ops: list[Op] = list(netns.plan_namespaces(p.namespaces))
@@ -154,14 +183,18 @@ def build_ops(p: Plan, active: str) -> list[Op]:
     ops += queues.plan_ops(p) + queues.reflect_ops(p)
     for node in p.storage_nodes:
         ops += storage.plan_node(p, node)
-    ops += frr.start_ops(p.compute_router_ns, frr.router_config(p, "compute"), p.spec)
-    ops += frr.start_ops(p.storage_router_ns, frr.router_config(p, "storage"), p.spec)
+    # A gateway whose agent owns its routing (crosszone) starts on standby at the routers: it
+    # is taken once its fast path is attached (`up` switches then), whatever it announces.
+    standby = [g for g in p.gateways if routing_by_agent(g)]
+    ops += frr.start_ops(p.compute_router_ns, frr.router_config(p, "compute", standby), p.spec)
+    ops += frr.start_ops(p.storage_router_ns, frr.router_config(p, "storage", standby), p.spec)
     ops += frr.fast_reroute_ops(p, "compute") + frr.fast_reroute_ops(p, "storage")
     for gw in p.gateways:
-        # A gateway of a kind that attaches (crosszone) starts silent; it is announced once its
-        # fast path is attached.
-        announce = is_announcing(gw, active) and not kinds.get(gw.kind).attaches
-        ops += frr.start_ops(gw.ns, frr.gateway_config(p, gw, announce), p.spec)
+        if routing_by_agent(gw):
+            ops += frr.agent_start_ops(gw.ns, p.spec)
+        else:
+            ops += frr.start_ops(gw.ns, frr.gateway_config(p, gw, is_announcing(gw, active)),
+                                 p.spec)
     return ops
 
 
@@ -228,7 +261,10 @@ class Deployment:
             prometheus.start({g.name: control_plane.agent_metrics(g)
                               for g in control_plane.gateways(self.plan)},
                              control_plane.controller_url())
-        self.wait_sessions()
+        # A gateway's first session with a router is reset once right after it comes up (FRR
+        # 8.4, a neighbour its agent has just added: docs/routing.md), and back 2 s later: wait
+        # that out, so nothing is switched onto a session about to drop.
+        self.wait_sessions(settled_s=SETTLED_S if any(state.fastpath.values()) else 0.0)
         state.complete = True
         st.save(state)
         if kinds.needs_attach(spec.active) and any(state.fastpath.values()):
@@ -248,16 +284,26 @@ class Deployment:
                 raise DeployError(f"timed out after {timeout:.0f} s waiting for {what}")
             self.sleep(0.1)
 
-    def wait_sessions(self, timeout: float = 30.0) -> float:
-        """Wait until every router has an Established session with every gateway."""
+    def speaking(self, state: st.State | None) -> list[Gateway]:
+        """Gateways that run BGP: every gateway the emulator configures, and a gateway whose
+        agent owns its routing once its fast path is attached (its agent configures BGP; without
+        an agent its FRR stays empty)."""
+        attached = state.fastpath if state else {}
+        return [g for g in self.plan.gateways
+                if not routing_by_agent(g) or attached.get(g.name)]
+
+    def wait_sessions(self, timeout: float = 30.0, settled_s: float = 0.0) -> float:
+        """Wait until every router has an Established session with every gateway that runs BGP
+        (`speaking`), each up for at least `settled_s` seconds."""
         p = self.plan
+        gws = self.speaking(st.load())
 
         def ok() -> bool:
             for ns, key in ((p.compute_router_ns, "compute_addr"),
                             (p.storage_router_ns, "storage_addr")):
                 out = self.ex.output(list(frr.vtysh(ns, "show bgp summary json").argv), check=False)
-                want = {getattr(g, key) for g in p.gateways}
-                if not want <= frr.established_peers(out):
+                want = {getattr(g, key) for g in gws}
+                if not want <= frr.established_peers(out, settled_s):
                     return False
             return True
 
@@ -336,10 +382,10 @@ class Deployment:
             raise DeployError(f"no gateway of set {to!r} can carry traffic")
         # Make before break: the new set joins the ECMP group before the old one leaves it.
         for gw in new:
-            self.ex.apply(frr.announce_ops(self.plan, gw))
+            self.ex.apply(take_in_ops(self.plan, gw))
         self.wait_routes(to, state, gws=current + [g for g in new if g not in current])
         for gw in old:
-            self.ex.apply(frr.withdraw_ops(self.plan, gw))
+            self.ex.apply(take_out_ops(self.plan, gw))
         state.active = to
         st.save(state)
         self.wait_routes(to, state)

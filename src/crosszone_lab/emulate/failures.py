@@ -8,8 +8,13 @@ inject exactly the same failure. The events are those an operator meets:
 - `silent`: links up, every received packet dropped (an XDP drop-all on both ports): only BFD
   sees it.
 - `bgpd_killed`, `bfdd_killed`: the gateway's routing daemon dies (kill -9); the repair starts it
-  again the way `emulate up` does.
-- `withdraw`: planned maintenance, the gateway withdraws its prefixes; the repair announces them.
+  again the way `emulate up` does (a crosszone gateway's bgpd reads the configuration its agent
+  keeps in the same file; the agent puts back bfdd's profile at its next check).
+- `withdraw`: planned maintenance, the gateway is taken out of the traffic with its sessions up;
+  the repair brings it back. A legacy gateway withdraws its prefixes itself. A crosszone
+  gateway's announcements are its agent's, from the intent, and the product has no per-gateway
+  withdraw yet (issue 23, deliverable 2): the routers refuse its routes instead
+  (deploy.take_out_ops), which is what they see of a withdrawal too.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from pathlib import Path
 
 from crosszone.linux.netns import Cmd, Op
 from crosszone_lab.emulate import crosszone_gateway as xgw
-from crosszone_lab.emulate import frr
+from crosszone_lab.emulate import deploy, frr
 from crosszone_lab.emulate.topology import Gateway, Plan
 
 EVENTS = ("compute_link_down", "storage_link_down", "silent", "bgpd_killed", "bfdd_killed",
@@ -78,13 +83,15 @@ def event(p: Plan, gw: Gateway, name: str, drop_obj: Path, announcing: bool = Tr
         return Event(name, _silent(gw, drop_obj), _unsilence(gw))
     if name in ("bgpd_killed", "bfdd_killed"):
         daemon = name.removesuffix("_killed")
-        repair: list[Op] = [frr.daemon_start_op(gw.ns, daemon)]
-        if daemon == "bgpd" and announcing:
+        by_agent = deploy.routing_by_agent(gw)
+        repair: list[Op] = [frr.daemon_start_op(gw.ns, daemon, log_arg=by_agent)]
+        if daemon == "bgpd" and announcing and not by_agent:
             # The config file holds the announcements of `emulate up`; a switch since then
-            # changed them through vtysh only, as an operator would before saving.
+            # changed them through vtysh only, as an operator would before saving. (An agent
+            # keeps its whole configuration in the file: nothing to add.)
             repair += [_retry(op) for op in frr.announce_ops(p, gw) if isinstance(op, Cmd)]
         return Event(name, [_kill(gw, daemon)], repair)
     if name == "withdraw":
-        return Event(name, frr.withdraw_ops(p, gw), frr.announce_ops(p, gw))
+        return Event(name, deploy.take_out_ops(p, gw), deploy.take_in_ops(p, gw))
     raise ValueError(f"unknown event {name!r}: one of {', '.join(EVENTS)}")
 

@@ -1,14 +1,22 @@
-"""FRR for the emulated deployment: configuration text, daemon command lines, announce/withdraw.
+"""FRR for the emulated deployment: the routers' and the legacy gateways' configuration, daemon
+command lines, and the routers' side of which gateways carry traffic.
 
-Each namespace runs its own zebra + staticd + bgpd + bfdd reading one integrated config file. Each
+Each namespace runs its own zebra + staticd + bgpd + bfdd. The routers and the gateways the
+emulator configures itself (the legacy kind) read one integrated config file written here; each
 daemon logs "No such command" for the parts that belong to another (the `bfd` block, the static
 routes): harmless.
 
-Which gateway set carries traffic is decided by BGP only: a gateway announces the anycast VTEP
-toward the compute router and the storage-facing prefixes toward the storage router through
+A crosszone gateway's FRR is not configured here: its daemons start from `AGENT_START_CONFIG`
+(no BGP, no hostname) and its agent renders and applies the gateway's configuration from the
+cluster intent's `bgp:` entry (agent/frr_config.py, docs/routing.md), as on a real gateway host.
+
+Which gateway set carries traffic is decided by BGP only. A legacy gateway announces the anycast
+VTEP toward the compute router and the storage-facing prefixes toward the storage router through
 `network` statements; `announce_ops`/`withdraw_ops` toggle those statements through vtysh, so a
-switch never rebuilds anything. Outbound route-maps keep a gateway from becoming a transit path
-between the two routers (it only ever sends its own prefixes).
+switch never rebuilds anything. A crosszone gateway announces whatever its agent renders, and the
+routers decide whether to take it (`router_accept_ops`: an inbound route-map that denies
+everything from a gateway on standby). Outbound route-maps keep a gateway from becoming a transit
+path between the two routers (it only ever sends its own prefixes).
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from crosszone.linux.netns import Cmd, Op, WriteFile, in_ns
@@ -85,17 +94,32 @@ def _v6(prefix: str) -> bool:
     return ":" in prefix
 
 
-def router_config(p: Plan, which: str) -> str:
-    """Config of the compute ('compute') or storage ('storage') zone router."""
-    spec = p.spec
+#: The routers' inbound route-map for a gateway on standby: they keep the session and BFD with it
+#: but take none of its routes (`router_accept_ops`).
+STANDBY_MAP = "GW-STANDBY"
+
+
+def _router(p: Plan, which: str) -> tuple[str, int, str]:
+    """(namespace, AS, address of gw's side) of the compute or storage router."""
     if which == "compute":
-        ns, asn, rid = p.compute_router_ns, COMPUTE_ROUTER_AS, "10.255.0.1"
-        peers = [g.compute_addr for g in p.gateways]
+        return p.compute_router_ns, COMPUTE_ROUTER_AS, "compute_addr"
+    return p.storage_router_ns, STORAGE_ROUTER_AS, "storage_addr"
+
+
+def router_config(p: Plan, which: str, standby: Iterable[Gateway] = ()) -> str:
+    """Config of the compute ('compute') or storage ('storage') zone router; it takes no
+    route from the gateways in `standby` (`router_accept_ops` changes that at run time)."""
+    spec = p.spec
+    ns, asn, attr = _router(p, which)
+    if which == "compute":
+        rid = "10.255.0.1"
         networks = [f"10.1.{h.index}.0/24" for h in p.hosts]
     else:
-        ns, asn, rid = p.storage_router_ns, STORAGE_ROUTER_AS, "10.255.0.2"
-        peers = [g.storage_addr for g in p.gateways]
+        rid = "10.255.0.2"
         networks = [str(spec.storage.subnet)]
+    peers = [getattr(g, attr) for g in p.gateways]
+    refused = {getattr(g, attr) for g in standby}
+    families = ["ipv4"] + (["ipv6"] if which == "storage" and p.ipv6 else [])
     lines = _header(ns)
     # Routes carry their ECMP next hops inline instead of pointing at kernel nexthop-group
     # objects: when a link goes down the kernel evicts the nexthop from its groups, and when it
@@ -112,19 +136,52 @@ def router_config(p: Plan, which: str) -> str:
     ]
     for peer in peers:
         lines += _neighbor(peer, GATEWAY_AS)
-    lines += [" !", " address-family ipv4 unicast"]
-    lines += [f"  network {n}" for n in networks]
-    # All gateways share one AS, so their paths tie and multipath installs them as one
-    # kernel nexthop group: that is the ECMP over gateways.
-    lines += [f"  maximum-paths {MAX_PATHS}", " exit-address-family"]
-    if which == "storage" and p.ipv6:
-        # IPv6 routes ride the IPv4 sessions; bgpd gives them the global IPv6 address of the
-        # session's interface as next hop (each storage link has one).
-        lines += [" !", " address-family ipv6 unicast", f"  network {spec.storage.subnet6}"]
-        lines += [f"  neighbor {peer} activate" for peer in peers]
+    for fam in families:
+        lines += [" !", f" address-family {fam} unicast"]
+        lines += [f"  network {n}" for n in
+                  (networks if fam == "ipv4" else [str(spec.storage.subnet6)])]
+        if fam == "ipv6":
+            # IPv6 routes ride the IPv4 sessions; bgpd gives them the global IPv6 address of
+            # the session's interface as next hop (each storage link has one).
+            lines += [f"  neighbor {peer} activate" for peer in peers]
+        # Each gateway's routes are kept as received, so taking a gateway in or out of
+        # service (the inbound route-map below) is decided here at once, without asking the
+        # gateway to send its routes again.
+        lines += [f"  neighbor {peer} soft-reconfiguration inbound" for peer in peers]
+        lines += [f"  neighbor {peer} route-map {STANDBY_MAP} in" for peer in peers
+                  if peer in refused]
+        # All gateways share one AS, so their paths tie and multipath installs them as one
+        # kernel nexthop group: that is the ECMP over gateways.
         lines += [f"  maximum-paths {MAX_PATHS}", " exit-address-family"]
-    lines += ["exit", "!", "end", ""]
+    lines += ["exit", "!", f"route-map {STANDBY_MAP} deny 10", "exit", "!", "end", ""]
     return "\n".join(lines)
+
+
+def router_accept_ops(p: Plan, gw: Gateway, accept: bool) -> list[Op]:
+    """The routers' side of a gateway's service: take its routes (accept) or keep its session
+    and BFD but take none of its routes (standby), at both routers, both families.
+
+    This is how the emulator moves traffic to or from a gateway whose routing its agent owns
+    (a crosszone gateway announces what its intent says, whatever the emulator's switch).
+    Accepting goes to the storage router first and refusing to the compute router first: replies
+    have a path before requests arrive, and requests stop before replies lose theirs. The
+    routers keep the gateway's routes as received (soft-reconfiguration inbound), so the change
+    is theirs alone and takes effect at once."""
+    order = ("storage", "compute") if accept else ("compute", "storage")
+    ops: list[Op] = []
+    for which in order:
+        ns, asn, attr = _router(p, which)
+        addr = getattr(gw, attr)
+        no = "no " if accept else ""
+        cmds = ["configure terminal", f"router bgp {asn}"]
+        for fam in ["ipv4"] + (["ipv6"] if which == "storage" and p.ipv6 else []):
+            cmds += [f"address-family {fam} unicast",
+                     f"{no}neighbor {addr} route-map {STANDBY_MAP} in", "exit-address-family"]
+        op = vtysh(ns, *cmds, "end")
+        # removing a route-map that is not set is not an error: accepting twice is fine, and
+        # callers verify the outcome in the routers' kernels anyway
+        ops.append(Cmd(op.argv, check=not accept))
+    return ops
 
 
 def gateway_prefixes(p: Plan) -> tuple[list[str], list[str]]:
@@ -146,7 +203,10 @@ def gateway_prefixes(p: Plan) -> tuple[list[str], list[str]]:
 
 
 def gateway_config(p: Plan, gw: Gateway, active: bool) -> str:
-    """Config of one gateway (either kind): sessions to both routers, announcements if active."""
+    """Config of a gateway the emulator configures itself (the legacy kind, and any kind that
+    has no agent): sessions to both routers, announcements if active. A crosszone gateway's
+    agent renders the product's equivalent (agent/frr_config.py; tests/unit/test_frr_config.py
+    compares the two)."""
     to_compute, to_storage = gateway_prefixes(p)
     v4 = [x for x in to_compute + to_storage if not _v6(x)]
     v6 = [x for x in to_storage if _v6(x)]
@@ -282,25 +342,52 @@ def realtime_on_bfd_cpu(priority: int) -> tuple[str, ...]:
     return (*pin, "chrt", "-f", str(priority))
 
 
-def start_ops(ns: str, config: str, spec: TopologySpec) -> list[Op]:
-    """Write the configs and start the FRR daemons inside `ns` (daemonised, pidfiles)."""
+#: What the FRR daemons of a gateway whose agent owns its routing start from: the defaults the
+#: agent renders (they can only be set at start) and nothing else. No `hostname`: vtysh shows the
+#: machine's beside the daemons' and neither can be removed at run time, so the agent renders the
+#: machine's and a daemon started with another would differ from it at every comparison. No
+#: `log file`, no BGP, no BFD profile: whatever the start file holds that the agent does not
+#: render, its first apply deletes. The daemons log to a file given on their command line instead
+#: (`daemon_start_op`), which is not part of the running configuration.
+AGENT_START_CONFIG = "frr defaults datacenter\n!\n"
+
+
+def start_ops(ns: str, config: str, spec: TopologySpec, bfd: str | None = None,
+              log_arg: bool = False) -> list[Op]:
+    """Write the configs and start the FRR daemons inside `ns` (daemonised, pidfiles). bfd:
+    bfdd's start file (default: the emulator's profile, `bfd_config`); log_arg: the log file
+    is given on the daemons' command line (`daemon_start_op`)."""
     d = frr_dir(ns)
     ops: list[Op] = [
         WriteFile(d / "frr.conf", config),
-        WriteFile(d / "bfdd.conf", bfd_config(ns, spec)),
+        WriteFile(d / "bfdd.conf", bfd_config(ns, spec) if bfd is None else bfd),
         WriteFile(d / "frr.log", ""),
         # The daemons drop to user frr (and insist on group frrvty for vty sockets), so the
         # directory holding their pidfiles, sockets and log must be theirs.
         Cmd(("chown", "-R", "frr:frr", str(d))),
     ]
-    return ops + [daemon_start_op(ns, daemon) for daemon in DAEMONS]
+    return ops + [daemon_start_op(ns, daemon, log_arg) for daemon in DAEMONS]
 
 
-def daemon_start_op(ns: str, daemon: str) -> Cmd:
-    """Start one FRR daemon of `ns` (daemonised, pidfile) from the configs `start_ops` wrote."""
+def agent_start_ops(ns: str, spec: TopologySpec) -> list[Op]:
+    """Start the FRR daemons of a gateway whose agent owns its routing, from
+    `AGENT_START_CONFIG`: the agent (`crosszone agent --frr-vty frr_dir(ns)`) writes the
+    gateway's configuration into the same frr.conf, so a daemon restarted later (a failure's
+    repair) comes back with it. bfdd starts from the same minimal file: bfdd's own file of the
+    routers would give it a profile the agent does not render."""
+    return start_ops(ns, AGENT_START_CONFIG, spec, bfd=AGENT_START_CONFIG, log_arg=True)
+
+
+def daemon_start_op(ns: str, daemon: str, log_arg: bool = False) -> Cmd:
+    """Start one FRR daemon of `ns` (daemonised, pidfile) from the configs `start_ops` wrote.
+    log_arg: log to frr.log by command line (a daemon whose configuration its agent owns: the
+    agent renders no `log file`, and a line in the start file would be deleted by its first
+    apply); the others' start files name the log."""
     d = frr_dir(ns)
     conf = d / ("bfdd.conf" if daemon == "bfdd" else "frr.conf")
-    extra = ("--bfdctl", str(d / "bfdd.sock")) if daemon == "bfdd" else ()
+    extra: tuple[str, ...] = ("--bfdctl", str(d / "bfdd.sock")) if daemon == "bfdd" else ()
+    if log_arg:
+        extra += ("--log", f"file:{d / 'frr.log'}", "--log-level", "informational")
     return in_ns(
         ns, *_priority(daemon), str(FRR_BIN / daemon), "-d", "-N", ns, *extra,
         "-f", str(conf), "-i", str(d / f"{daemon}.pid"),
@@ -324,23 +411,27 @@ def _network_ops(p: Plan, gw: Gateway, negate: bool) -> list[Op]:
 
 
 def announce_ops(p: Plan, gw: Gateway) -> list[Op]:
-    """Make `gw` carry traffic: announce its prefixes."""
+    """Make `gw`, a gateway whose FRR the emulator configures (`gateway_config`), carry
+    traffic: announce its prefixes."""
     return _network_ops(p, gw, negate=False)
 
 
 def withdraw_ops(p: Plan, gw: Gateway) -> list[Op]:
-    """Take `gw` out of the traffic: withdraw its prefixes (sessions and BFD stay up)."""
+    """Take `gw`, a gateway whose FRR the emulator configures, out of the traffic: withdraw its
+    prefixes (sessions and BFD stay up)."""
     return _network_ops(p, gw, negate=True)
 
 
-def established_peers(summary_json: str) -> set[str]:
-    """Neighbours in Established state, from `show bgp summary json`."""
+def established_peers(summary_json: str, settled_s: float = 0.0) -> set[str]:
+    """Neighbours in Established state, from `show bgp summary json` (with settled_s: only
+    those Established for at least that long)."""
     try:
         data = json.loads(summary_json or "{}")
     except json.JSONDecodeError:
         return set()
     peers = data.get("ipv4Unicast", {}).get("peers", {})
-    return {addr for addr, info in peers.items() if info.get("state") == "Established"}
+    return {addr for addr, info in peers.items() if info.get("state") == "Established"
+            and int(info.get("peerUptimeMsec") or 0) >= settled_s * 1000}
 
 
 def route_nexthops(route_json: str, prefix: str) -> set[str]:
@@ -372,6 +463,10 @@ def kernel_nexthops(route_json: str) -> set[str]:
 
 
 # ---- weighted migration (crosszone migrate) ----------------------------------------------------
+# Commands for a gateway whose FRR the emulator configures (`gateway_config`: the legacy kind).
+# The migration's emulator driver (emulate/migration.py) still sends them to both sides until the
+# migration goes through the agents (issue 23, deliverable 2); on a crosszone gateway its agent
+# owns the configuration and puts back what differs from the intent.
 
 def prefix_commands(to_compute: list[str], to_storage: list[str], negate: bool) -> list[str]:
     """bgpd configuration commands that announce (or withdraw) some of a gateway's prefixes

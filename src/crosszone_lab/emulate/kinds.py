@@ -6,8 +6,11 @@ path (crosszone_gateway.py). Everything else (topology, deploy, demo, the CLI, t
 asks this module which kinds exist and calls them through `GatewayKind`, so a new kind is one
 new module with an object that has these methods, plus one line in `_builtin_kinds`.
 
-Announcing is the emulator's (frr.py): a kind only says whether its gateways must be attached
-before they may announce (`attaches`), and `ready` decides per gateway from the state file.
+A kind only says whether its gateways must be attached before they may carry traffic
+(`attaches`), and `ready` decides per gateway from the state file. A kind that attaches is
+programmed by the control plane, whose agent also owns the gateway's FRR configuration; the
+emulator configures the routing of the other kinds itself (frr.py) and moves traffic to and from
+an agent's gateway on the routers' side (deploy.take_in_ops).
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ class GatewayKind(Protocol):
     name: str
     #: First letter of its gateways' names: l -> lgw1, x -> xgw1 (unique among kinds).
     letter: str
-    #: True: its gateways start silent and announce only once `attach` succeeded.
+    #: True: its gateways carry traffic only once `attach` succeeded, and their agent (started
+    #: by `attach`) owns their FRR configuration.
     attaches: bool
     #: Gateways of this kind in a topology whose `gateways:` leaves the kind out.
     default_count: int

@@ -8,7 +8,7 @@ Addressing (k = global gateway index, i = host index, j = storage node index, al
 
 - host i underlay: 10.1.i.2/24 (also its VTEP), compute router side 10.1.i.1
 - gateway k compute link: 10.10.k.2/24 (router 10.10.k.1); storage link 10.20.k.2/24 (router .1)
-- anycast VTEP on every gateway's loopback (default 10.0.0.100/32)
+- anycast VTEP on every gateway's storage link (default 10.0.0.100/32; deploy._gateway_base_ops)
 - storage LAN behind the storage router: the configured subnet, router .1, node j .(10+j)
 - endpoint of (host i, VPC) inside the VPC: prefix base + i*256 + 10, default gw .255.254
 """
@@ -141,6 +141,8 @@ class StorageSpec(_Strict):
 
 
 class BfdSpec(_Strict):
+    # Every BFD session's timers: the routers' and legacy gateways' profile (frr.py) and the
+    # crosszone gateways' `bgp.bfd` in the cluster intent (control_plane.bgp).
     # 100 ms x 5: BGP session liveness only. The routers' fast reroute (FastRerouteSpec) moves
     # traffic off a failed gateway in ~25 ms, so BFD need not be fast, and a user-space bfdd on
     # a loaded 2-core box flapped at 30 ms x 5 (every session down at once whenever bfdd's CPU

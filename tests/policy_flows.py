@@ -64,13 +64,14 @@ class Flow:
     storage: str = "172.16.5.5"
     host: str = HOST_A1["ip"]
 
-    def frame(self, payload: int, tos: int = 0) -> bytes:
-        """A frame of this flow with payload bytes of L4 payload and this TOS/traffic class."""
+    def frame(self, payload: int, tos: int = 0, flags: str = "A") -> bytes:
+        """A frame of this flow with payload bytes of L4 payload and this TOS/traffic class
+        (TCP: with these flags)."""
         l4 = (UDP(sport=self.sport, dport=self.dport) if self.udp
-              else TCP(sport=self.sport, dport=self.dport, flags="A"))
+              else TCP(sport=self.sport, dport=self.dport, flags=flags))
         if not self.to_storage:
             l4 = (UDP(sport=self.dport, dport=self.sport) if self.udp
-                  else TCP(sport=self.dport, dport=self.sport, flags="A"))
+                  else TCP(sport=self.dport, dport=self.sport, flags=flags))
         data = Raw(b"p" * payload)
         if self.to_storage:
             ip = (IPv6(src=HOST_A1["ip6"], dst=self.storage, tc=tos) if self.six
@@ -109,6 +110,11 @@ def layers(out: bytes, to_storage: bool) -> tuple[IP | None, IP | IPv6]:
         return None, eth[IP] if IP in eth else eth[IPv6]
     inner = eth[VXLAN].payload.payload
     return eth[IP], inner
+
+
+def dscp_out(out: bytes, to_storage: bool) -> int:
+    """The DSCP of a forwarded frame's inner packet."""
+    return tos_of(layers(out, to_storage)[1]) >> 2
 
 
 def checksums_valid(ip: IP) -> bool:

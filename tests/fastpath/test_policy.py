@@ -20,13 +20,25 @@ from crosszone.abi.reasons import Reason, XdpAction
 from crosszone.fastpath.testing import model
 from crosszone.fastpath.testing.model_policy import PolicyState
 from crosszone.fastpath.testing.testrun import LOOPBACK_IFINDEX, TestRunner
-from policy_flows import FLOWS, GAP_TICKS, T0, TICK_NS, policy_tables, steps
+from policy_flows import (
+    BULK_DSCP,
+    ELEPHANT_BYTES,
+    FLOWS,
+    GAP_TICKS,
+    SMALL_DSCP,
+    T0,
+    TICK_NS,
+    Flow,
+    dscp_out,
+    policy_tables,
+    steps,
+)
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 RATES = {"tenant-b": (200, 16)}  # tenant-b's flows in FLOWS are held to 200 Mbit/s
 COUNTERS = ("small_packets", "bulk_packets", "flowlet_moves", "rate_drop_packets",
-            "rate_drop_bytes")
+            "rate_drop_bytes", "small_bytes", "bulk_bytes", "bare_packets")
 FORWARDED = (XdpAction.TX, XdpAction.REDIRECT)
 
 
@@ -121,3 +133,40 @@ def test_a_greedy_tenant_does_not_starve_the_other():
         assert a.rate_drop_packets == duration_us - passed // size
         assert b.rate_drop_packets == 0
         assert r.maps.reason_stats()[Reason.DROP_VPC_RATE][0] == a.rate_drop_packets
+
+
+def test_a_new_requests_first_packets_are_small_both_ways_and_an_elephant_is_demoted():
+    """A new connection through the kernel program and the model alike (issue 27): SYN,
+    SYN-ACK, the handshake's ACK, the request and the first bytes of the reply are small in both
+    directions; the reply's bytes past elephant_bytes are bulk, and the bare ACKs of either
+    direction stay small without a flow slot of their own."""
+    up, down = Flow(True, sport=40100), Flow(False, sport=40100)
+    full = 1400  # down.ip_bytes(full) = 1440: the 4th full segment comes after 4320 bytes
+    assert 2 * down.ip_bytes(full) < ELEPHANT_BYTES <= 3 * down.ip_bytes(full)
+    seq = [(up, 0, "S", SMALL_DSCP), (down, 0, "SA", SMALL_DSCP), (up, 0, "A", SMALL_DSCP),
+           (up, 120, "PA", SMALL_DSCP), (down, full, "A", SMALL_DSCP),
+           (down, full, "A", SMALL_DSCP), (up, 0, "A", SMALL_DSCP), (down, full, "A", SMALL_DSCP),
+           (down, full, "A", BULK_DSCP), (down, full, "PA", BULK_DSCP), (up, 0, "A", SMALL_DSCP),
+           (down, 0, "A", SMALL_DSCP), (up, 0, "FA", SMALL_DSCP)]
+    with TestRunner(policy_tables(), object_path("xdp_gateway_testclock")) as r:
+        r.clear_policy_state()
+        st = PolicyState(now=T0)
+        marks = []
+        for flow, payload, flags, _ in seq:
+            st.now += 20_000
+            r.set_clock(st.now)
+            frame = flow.frame(payload, flags=flags)
+            k = r.run(frame)
+            _same(k, model.process(frame, r.tables, LOOPBACK_IFINDEX, st))
+            assert k.action in FORWARDED, k
+            marks.append(dscp_out(k.data, flow.to_storage))
+        assert marks == [want for *_, want in seq]
+        # only the two directions' data made flow slots; the bare segments none
+        _same_flow_table(r, st)
+        assert len(st.flows) == 2
+        vpc = next(v.vpc_id for v in r.tables.vpcs if v.vni == up.vni)
+        got = r.maps.policy_stats(vpc)
+        assert {c: getattr(got, c) for c in COUNTERS} == {
+            c: getattr(st.counters(vpc), c) for c in COUNTERS}
+        assert (got.bare_packets, got.small_packets, got.bulk_packets) == (7, 11, 2)
+        assert got.bulk_bytes == 2 * down.ip_bytes(full)

@@ -1,4 +1,5 @@
-"""The agent exports the traffic policy's per-VPC counters (marks, flowlet moves, rate drops)."""
+"""The agent exports the traffic policy's per-VPC counters (marks and bytes per class, bare
+segments, flowlet moves, rate drops)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from crosszone.agent.metrics import FastPathCollector
 
 def test_policy_counters_are_exported_per_vpc_and_class():
     a = layout.CzPolicyCounter(small_packets=5, bulk_packets=7, flowlet_moves=2,
-                               rate_drop_packets=3, rate_drop_bytes=4500)
+                               rate_drop_packets=3, rate_drop_bytes=4500, small_bytes=640,
+                               bulk_bytes=10500, bare_packets=4)
     reg = CollectorRegistry()
     reg.register(FastPathCollector(lambda: {}, lambda: {}, lambda: {},
                                    lambda: {"tenant-a": a, "tenant-b": layout.CzPolicyCounter()}))
@@ -20,7 +22,11 @@ def test_policy_counters_are_exported_per_vpc_and_class():
                    'crosszone_policy_flowlet_moves_total{vpc="tenant-a"} 2.0',
                    'crosszone_policy_rate_dropped_packets_total{vpc="tenant-a"} 3.0',
                    'crosszone_policy_rate_dropped_bytes_total{vpc="tenant-a"} 4500.0',
-                   'crosszone_policy_rate_dropped_packets_total{vpc="tenant-b"} 0.0'):
+                   'crosszone_policy_rate_dropped_packets_total{vpc="tenant-b"} 0.0',
+                   'crosszone_policy_marked_bytes_total{class="small",vpc="tenant-a"} 640.0',
+                   'crosszone_policy_marked_bytes_total{class="bulk",vpc="tenant-a"} 10500.0',
+                   'crosszone_policy_bare_packets_total{vpc="tenant-a"} 4.0',
+                   'crosszone_policy_marked_bytes_total{class="bulk",vpc="tenant-b"} 0.0'):
         assert needle in text, needle
 
 

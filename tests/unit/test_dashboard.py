@@ -58,6 +58,14 @@ class FakeProm:
                      "values": [[end, "12.5"]]},
                     {"metric": {"verdict": "drop", "reason": "drop_route_miss"},  # never fired
                      "values": [[end - step, "0"], [end, "0"]]}]
+        if expr == "crosszone:class_bits:rate5s":
+            return [{"metric": {"vpc": "blue", "class": "small"}, "values": [[end, "1.5e6"]]},
+                    {"metric": {"vpc": "blue", "class": "bulk"}, "values": [[end, "3.2e7"]]}]
+        if expr == "crosszone:class_packets:rate5s":
+            return [{"metric": {"vpc": "blue", "class": "small"}, "values": [[end, "900"]]},
+                    {"metric": {"vpc": "blue", "class": "bulk"}, "values": [[end, "2700"]]}]
+        if expr == "crosszone:rate_drops:rate5s":
+            return [{"metric": {"vpc": "blue"}, "values": [[end, "4"]]}]
         return []
 
     def instant(self, expr: str) -> list[dict[str, Any]]:
@@ -262,6 +270,8 @@ def test_top_renders_the_figures(store) -> None:
     out = re.sub(r"[\s│]+", " ", out)  # cells apart by one space
     assert "blue 4.000 1.000 350,000 -" in out
     assert "drop drop_vni_unknown 12.5" in out
+    # per traffic class: which class carries what, and the VPC's rate drops
+    assert "blue bulk 32.000 2,700 4.0" in out and "blue small 1.500 900 4.0" in out
     assert "gw-a ok 6 1/2 up 1/1 up attached (c0, s0)" in out
     assert "3 (behind)" in out and "step 3" in out and "25 %" in out and "TRIPPED" in out
 
@@ -385,8 +395,8 @@ class SlowProm(FakeProm):
 
 
 def test_open_dashboards_share_prometheus_answers(store) -> None:
-    """Twenty dashboards polling at once ask Prometheus once per step (8 queries), not twenty
-    times (160); the next step asks again."""
+    """Twenty dashboards polling at once ask Prometheus once per step (a query per series and
+    gauge), not twenty times; the next step asks again."""
     from concurrent.futures import ThreadPoolExecutor
 
     prom, shared = SlowProm(), dashboard.SharedAnswers()
@@ -396,17 +406,18 @@ def test_open_dashboards_share_prometheus_answers(store) -> None:
                                   shared=shared)
     with ThreadPoolExecutor(20) as pool:
         docs = list(pool.map(one, [T0 + 0.1 * (i % 10) for i in range(20)]))  # one 2 s step
-    assert len(prom.asked) == 8 and all(d["prometheus"]["ok"] for d in docs)
+    asks = len(dashboard.SERIES) + len(dashboard.GAUGES)  # one query each
+    assert len(prom.asked) == asks and all(d["prometheus"]["ok"] for d in docs)
     assert len({json.dumps(d["series"]) for d in docs}) == 1
     one(T0 + 2)  # the next step
-    assert len(prom.asked) == 16 and len(shared._answers) == 1  # the old step was dropped
+    assert len(prom.asked) == 2 * asks and len(shared._answers) == 1  # the old step dropped
     # an error is shared too, until the next step
     failing, shared = FakeProm(fail=True), dashboard.SharedAnswers()
     for _ in range(5):
         doc = dashboard.snapshot(_status(), store, failing, None,  # type: ignore[arg-type]
                                  now=lambda: T0, shared=shared)
         assert doc["prometheus"]["ok"] is False and "refused" in doc["prometheus"]["error"]
-    assert len(failing.asked) <= 8
+    assert len(failing.asked) <= asks
 
 
 def test_the_route_shares_prometheus_answers(store, tmp_path: Path, monkeypatch) -> None:
@@ -424,7 +435,8 @@ def test_the_route_shares_prometheus_answers(store, tmp_path: Path, monkeypatch)
             rs = await asyncio.gather(*(c.get("/v1/dashboard") for _ in range(20)))
             return [r.status_code for r in rs]
     assert asyncio.run(go()) == [200] * 20
-    assert len(prom.asked) in (8, 16)  # 16: the requests straddled a 2 s step
+    asks = len(dashboard.SERIES) + len(dashboard.GAUGES)  # one query each
+    assert len(prom.asked) in (asks, 2 * asks)  # twice: the requests straddled a 2 s step
 
 
 @pytest.mark.parametrize("answer,why", [

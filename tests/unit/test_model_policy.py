@@ -88,8 +88,9 @@ def test_one_byte_short_of_the_threshold_stays_small():
     for _ in range(3):
         run.send(flow, payload, 1000)
     assert dscp(run.send(flow, payload - 1, 1000), flow) == SMALL_DSCP
-    assert dscp(run.send(flow, 0, 1000), flow) == SMALL_DSCP  # 3999 bytes before it
-    assert dscp(run.send(flow, 0, 1000), flow) == BULK_DSCP
+    # one byte of payload: a TCP segment without any is small whatever its flow has sent
+    assert dscp(run.send(flow, 1, 1000), flow) == SMALL_DSCP  # 3999 bytes before it
+    assert dscp(run.send(flow, 1, 1000), flow) == BULK_DSCP
 
 
 def test_an_idle_flow_is_forgotten_and_small_again():

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
+from crosszone.abi import layout
 from crosszone.abi.reasons import Reason
 from crosszone.agent.metrics import RECORDING_RULES, AgentMetrics, FastPathCollector
 from crosszone.agent.routing import RoutingCollector, bfd_sessions, bgp_sessions, xdp_devices
@@ -57,7 +58,8 @@ def exported_names() -> set[str]:
     agent = AgentMetrics()
     agent.add_fastpath(FastPathCollector(lambda: {"v": (1, 2, 3, 4)},
                                          lambda: dict.fromkeys(Reason, (1, 64)),
-                                         lambda: {"routes4": 3}))
+                                         lambda: {"routes4": 3},
+                                         lambda: {"v": layout.CzPolicyCounter()}))
     agent.reconcile_seconds.labels("full").observe(0.1)
     agent.entries_written.labels("put").inc()
     agent.registry.register(RoutingCollector(["vtysh"], "ns", run=_fake_run))

@@ -250,7 +250,7 @@ class CzVpcCounter(ctypes.Structure):
 
 class CzPolicyCounter(ctypes.Structure):
     """struct cz_policy_counter { __u64 small_packets, bulk_packets, flowlet_moves,
-    rate_drop_packets, rate_drop_bytes; };"""
+    rate_drop_packets, rate_drop_bytes, small_bytes, bulk_bytes, bare_packets; };"""
 
     _fields_ = [
         ("small_packets", c_uint64),
@@ -258,6 +258,9 @@ class CzPolicyCounter(ctypes.Structure):
         ("flowlet_moves", c_uint64),
         ("rate_drop_packets", c_uint64),
         ("rate_drop_bytes", c_uint64),
+        ("small_bytes", c_uint64),
+        ("bulk_bytes", c_uint64),
+        ("bare_packets", c_uint64),
     ]
 
 

@@ -111,13 +111,22 @@ def _policy_families(per_vpc: dict[str, Any]) -> Iterator[CounterMetricFamily]:
                                   "Packets over the VPC's rate", labels=["vpc"])
     dropped_b = CounterMetricFamily("crosszone_policy_rate_dropped_bytes",
                                     "Inner IP bytes over the VPC's rate", labels=["vpc"])
+    marked_b = CounterMetricFamily("crosszone_policy_marked_bytes",
+                                   "Inner IP bytes marked by the traffic policy, per class",
+                                   labels=["vpc", "class"])
+    bare = CounterMetricFamily("crosszone_policy_bare_packets",
+                               "TCP segments without payload (SYN, ACK, FIN, RST), marked small "
+                               "without flow state", labels=["vpc"])
     for vpc, c in sorted(per_vpc.items()):
         marked.add_metric([vpc, "small"], c.small_packets)
         marked.add_metric([vpc, "bulk"], c.bulk_packets)
+        marked_b.add_metric([vpc, "small"], c.small_bytes)
+        marked_b.add_metric([vpc, "bulk"], c.bulk_bytes)
+        bare.add_metric([vpc], c.bare_packets)
         moves.add_metric([vpc], c.flowlet_moves)
         dropped.add_metric([vpc], c.rate_drop_packets)
         dropped_b.add_metric([vpc], c.rate_drop_bytes)
-    yield from (marked, moves, dropped, dropped_b)
+    yield from (marked, marked_b, bare, moves, dropped, dropped_b)
 
 
 class AgentMetrics:

@@ -33,6 +33,10 @@ SERIES = {
     "vpc_packets": ("crosszone:vpc_packets:rate5s", ("vpc", "direction")),
     "gateway_bits": ("crosszone:gateway_bits:rate5s", ("gateway", "direction")),
     "verdicts": ("crosszone:verdicts:rate5s", ("verdict", "reason")),
+    # the traffic policy per class (small | bulk) and its per-VPC rate drops
+    "class_bits": ("crosszone:class_bits:rate5s", ("vpc", "class")),
+    "class_packets": ("crosszone:class_packets:rate5s", ("vpc", "class")),
+    "rate_drops": ("crosszone:rate_drops:rate5s", ("vpc",)),
 }
 #: the agents' gauges of routing and attachment (agent/routing.py), read as instant vectors
 GAUGES = {
@@ -169,8 +173,9 @@ def _ask(prom: PrometheusReader, start: float, end: float, step: float
 class SharedAnswers:
     """Prometheus's answers for one (window, step), shared by every snapshot asking within the
     same step: twenty open dashboards cost one set of queries per step, not twenty (each set
-    is 8 queries). The first asker queries; the others wait for its answers (or its error,
-    shared too: a Prometheus that is down is not asked again until the next step). Answers
+    is one query per series and gauge). The first asker queries; the others wait for its
+    answers (or its error, shared too: a Prometheus that is down is not asked again until the
+    next step). Answers
     for an earlier step are dropped when a later one is asked; at most `keep` are held."""
 
     def __init__(self, keep: int = 16) -> None:

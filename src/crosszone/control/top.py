@@ -1,8 +1,9 @@
 """`crosszone top`: the dashboard's live figures in a terminal, for operators on SSH.
 
 It polls the same `GET /v1/dashboard` the browser polls and draws it with rich: gateways
-(health, revision, BGP, BFD, fast path), per-VPC Gbit/s and packets/s in both directions, drops
-and passes by reason, and the migration's step, weight and guards. Names and messages from the
+(health, revision, BGP, BFD, fast path), per-VPC Gbit/s and packets/s in both directions, per
+traffic class of the policy Mbit/s and packets/s (and each VPC's rate drops), drops and passes by
+reason, and the migration's step, weight and guards. Names and messages from the
 store are escaped (rich.markup.escape) or put in Text objects, never read as markup.
 """
 
@@ -78,6 +79,35 @@ def vpc_table(doc: dict[str, Any]) -> Table:
     return t
 
 
+def class_rows(doc: dict[str, Any]) -> dict[tuple[str, str], dict[str, float | None]]:
+    """(vpc, class) -> {"mbps", "pps", "rate_drops"} of the traffic policy, now (rate drops are
+    the VPC's, whatever the class: shown on each of its rows)."""
+    rows: dict[tuple[str, str], dict[str, float | None]] = {}
+    for key, field, scale in (("class_bits", "mbps", 1e6), ("class_packets", "pps", 1.0)):
+        for s in latest(doc["series"].get(key, [])):
+            v = s["value"]
+            rows.setdefault((s["vpc"], s["class"]), {})[field] = None if v is None else v / scale
+    drops = {s["vpc"]: s["value"] for s in latest(doc["series"].get("rate_drops", []))}
+    for (vpc, _), row in rows.items():
+        row["rate_drops"] = drops.get(vpc)
+    return rows
+
+
+def class_table(doc: dict[str, Any]) -> Table:
+    """Per VPC and traffic class, now: what the policy marked (so an operator sees which class
+    pays), and the VPC's rate drops."""
+    t = Table(title="per traffic class, now", title_justify="left")
+    for col, j in (("VPC", "left"), ("class", "left"), ("Mbit/s", "right"),
+                   ("packets/s", "right"), ("VPC rate drops/s", "right")):
+        t.add_column(col, justify=j)  # type: ignore[arg-type]
+    for (vpc, cls), row in sorted(class_rows(doc).items()):
+        drops = row.get("rate_drops")
+        t.add_row(escape(str(vpc)), escape(str(cls)), _num(row.get("mbps"), 3),
+                  _num(row.get("pps"), 0),
+                  Text(_num(drops, 1), style="red" if drops else ""))
+    return t
+
+
 def reason_table(doc: dict[str, Any]) -> Table:
     """Drops and passes by reason, packets/s now."""
     t = Table(title="drops and passes by reason", title_justify="left")
@@ -111,5 +141,5 @@ def render(doc: dict[str, Any]) -> Group:
     p = doc["prometheus"]
     head = Text(f"rates from {p['url']}" if p["ok"] else f"no rates: {p['error']}",
                 style="dim" if p["ok"] else "yellow")
-    return Group(head, gateway_table(doc), vpc_table(doc), reason_table(doc),
+    return Group(head, gateway_table(doc), vpc_table(doc), class_table(doc), reason_table(doc),
                  migration_text(doc))

@@ -95,6 +95,36 @@ function drawVpcs(doc) {
   }));
 }
 
+// The traffic policy per VPC and class (small | bulk): so an operator sees which class pays.
+function drawClasses(doc) {
+  const rows = {};
+  const put = (series, field, scale) => {
+    for (const s of series || []) {
+      const key = `${s.vpc}\u0000${s["class"]}`;
+      rows[key] = rows[key] || {vpc: s.vpc, cls: s["class"]};
+      rows[key][field] = last(s.values) === null ? null : last(s.values) / scale;
+    }
+  };
+  put(doc.series.class_bits, "mbps", 1e6);
+  put(doc.series.class_packets, "pps", 1);
+  const drops = {};
+  for (const s of doc.series.rate_drops || []) drops[s.vpc] = last(s.values);
+  replaceRows(document.querySelector("#classes tbody"), Object.keys(rows).sort().map((k) => {
+    const r = rows[k];
+    const tr = el("tr", {"data-vpc": r.vpc, "data-class": r.cls});
+    tr.append(el("td", {}, r.vpc));
+    tr.append(el("td", {}, r.cls));
+    tr.append(el("td", {class: "num", "data-field": "mbps", "data-value": r.mbps ?? ""},
+                 fmt(r.mbps, 3)));
+    tr.append(el("td", {class: "num", "data-field": "pps", "data-value": r.pps ?? ""},
+                 fmt(r.pps, 0)));
+    const d = drops[r.vpc] ?? null;
+    tr.append(el("td", {class: d ? "num bad" : "num", "data-field": "rate_drops",
+                        "data-value": d ?? ""}, fmt(d, 1)));
+    return tr;
+  }));
+}
+
 function drawReasons(doc) {
   if (!doc.series.verdicts.length) {
     const tr = el("tr", {});
@@ -218,6 +248,7 @@ async function drawCharts(doc) {
 function draw(doc) {
   drawGateways(doc);
   drawVpcs(doc);
+  drawClasses(doc);
   drawReasons(doc);
   const vpcLabel = (s) => `${s.vpc} ${s.direction}`;
   drawChart("chart-bits", doc, doc.series.vpc_bits, vpcLabel, 1e9);

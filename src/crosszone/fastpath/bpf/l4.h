@@ -17,7 +17,8 @@
 struct cz_l4 {
 	__u16 *check;   /* 0 when the protocol has no pseudo-header checksum we must fix */
 	__u32 ports;    /* raw 4 bytes of (sport, dport), 0 without ports */
-	int udp;        /* zero UDP checksum rule applies */
+	__u16 udp;      /* zero UDP checksum rule applies */
+	__u16 bare;     /* a TCP segment without payload: SYN, SYN-ACK, pure ACK, FIN, RST */
 };
 
 /* Parses the L4 header at l4 with avail bytes of IP payload. Returns -1 if it is truncated. */
@@ -27,12 +28,14 @@ static __always_inline int cz_l4_parse(void *l4, void *data_end, __u8 proto, __u
 	out->check = 0;
 	out->ports = 0;
 	out->udp = 0;
+	out->bare = 0;
 	if (proto == IPPROTO_TCP) {
 		struct tcphdr *t = l4;
 		if (avail < sizeof(*t) || (void *)(t + 1) > data_end)
 			return -1;
 		out->check = &t->check;
 		out->ports = *(__u32 *)t;
+		out->bare = avail <= (__u32)t->doff * 4;
 	} else if (proto == IPPROTO_UDP) {
 		struct udphdr *u = l4;
 		if (avail < sizeof(*u) || (void *)(u + 1) > data_end)

@@ -187,6 +187,9 @@ struct cz_policy_counter {
 	__u64 flowlet_moves;    /* bulk flows re-hashed after an idle gap */
 	__u64 rate_drop_packets;  /* over the VPC's rate (reason CZ_R_DROP_VPC_RATE) */
 	__u64 rate_drop_bytes;
+	__u64 small_bytes;      /* inner IP bytes marked small_dscp */
+	__u64 bulk_bytes;       /* inner IP bytes marked bulk_dscp */
+	__u64 bare_packets;     /* of small_packets: TCP segments without payload (policy.h) */
 };
 
 /* flows[i]: soft state of one flow (policy.h), a 2-way set of a direct-mapped table of 64-byte

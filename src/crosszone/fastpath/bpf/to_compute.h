@@ -156,7 +156,8 @@ static __noinline void cz_reply4(struct xdp_md *ctx, const struct cz_config *cfg
 	struct cz_mark m = { 0 };
 	if ((cfg->flags & (CZ_CFG_POLICY | CZ_CFG_RATES)) &&
 	    cz_policy(v, cfg, cz_rated_vpc(cfg, sf), CZ_DIR_TO_COMPUTE, cz_flow_id4(sf->vpc_id,
-		      CZ_DIR_TO_COMPUTE, ip->protocol, ip->saddr, ip->daddr, l4.ports), h, tot, &m))
+		      CZ_DIR_TO_COMPUTE, ip->protocol, ip->saddr, ip->daddr, l4.ports), h, tot, l4.bare,
+		      &m))
 		return;
 	if (m.on)
 		cz_mark4(ip, m.dscp);
@@ -226,7 +227,7 @@ static __noinline void cz_reply6(struct xdp_md *ctx, const struct cz_config *cfg
 	if ((cfg->flags & (CZ_CFG_POLICY | CZ_CFG_RATES)) &&
 	    cz_policy(v, cfg, cz_rated_vpc(cfg, sf), CZ_DIR_TO_COMPUTE, cz_flow_id6(sf->vpc_id,
 		      CZ_DIR_TO_COMPUTE, ip6->nexthdr, src, from, l4.ports), h, plen + sizeof(*ip6),
-		      &mk))
+		      l4.bare, &mk))
 		return;
 	if (mk.on)
 		cz_mark6(ip6, mk.dscp);

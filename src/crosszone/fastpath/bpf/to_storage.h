@@ -105,7 +105,7 @@ static __always_inline void cz_inner4(struct xdp_md *ctx, const struct cz_config
 	struct cz_mark m = { 0 };
 	if ((v->cfg_flags & (CZ_CFG_POLICY | CZ_CFG_RATES)) &&
 	    cz_policy(v, cfg, vpc, CZ_DIR_TO_STORAGE, cz_flow_id4(vpc->vpc_id, CZ_DIR_TO_STORAGE,
-		      ip->protocol, ip->saddr, ip->daddr, l4.ports), h, tot, &m))
+		      ip->protocol, ip->saddr, ip->daddr, l4.ports), h, tot, l4.bare, &m))
 		return;
 	struct cz_egress eg;
 	if (cz_ecmp_pick(r.group, h + m.salt * CZ_FLOWLET_MIX, &eg))
@@ -186,7 +186,7 @@ static __noinline void cz_inner6(struct xdp_md *ctx, const struct cz_vpc *vpc, _
 	if ((v->cfg_flags & (CZ_CFG_POLICY | CZ_CFG_RATES)) &&
 	    cz_policy(v, CZ_RECORD(config, 0), vpc, CZ_DIR_TO_STORAGE, cz_flow_id6(vpc->vpc_id,
 		      CZ_DIR_TO_STORAGE, ip6->nexthdr, src, dst, l4.ports), h, plen + sizeof(*ip6),
-		      &m))
+		      l4.bare, &m))
 		return;
 	struct cz_egress eg;
 	if (cz_ecmp_pick(r.group, h + m.salt * CZ_FLOWLET_MIX, &eg))

@@ -26,6 +26,7 @@ from crosszone.fastpath.testing.model_l4 import (
     l4_parse,
     quote_fix,
     quote_parse,
+    tcp_bare,
 )
 from crosszone.fastpath.testing.model_policy import (
     DIR_TO_COMPUTE,
@@ -120,7 +121,8 @@ def _route(idx: _Index, vpc: Vpc, dst: bytes) -> Route | None:
 
 
 def _next_hop(
-    p: _Packet, vpc: Vpc, src: bytes, dst: bytes, ports: bytes, proto: int, length: int
+    p: _Packet, vpc: Vpc, src: bytes, dst: bytes, ports: bytes, proto: int, length: int,
+    bare: bool = False,
 ) -> tuple[Nexthop, Port, Mark]:
     """Route, action (cz_route_forwards), the policy (rate, mark, flowlet) and ECMP member, or
     the verdict that stops the packet."""
@@ -132,7 +134,8 @@ def _next_hop(
     if r.action != layout.CZ_ACT_FORWARD:
         raise _pass(Reason.PASS_ROUTE_SLOWPATH)
     h = flow_hash(src, dst, ports, proto)
-    m = p.policy(vpc, vpc.vpc_id, DIR_TO_STORAGE, (proto, len(src), src, dst, ports), h, length)
+    m = p.policy(vpc, vpc.vpc_id, DIR_TO_STORAGE, (proto, len(src), src, dst, ports), h, length,
+                 bare)
     picked = _ecmp(p.idx, r.group, m.hash(h))
     if picked is None:
         raise _drop(Reason.DROP_NO_NEXTHOP)
@@ -193,10 +196,10 @@ class _Packet:
         self.vpc_id: int | None = None
 
     def policy(self, vpc: Vpc | None, vpc_id: int, direction: int, key: tuple, h: int,
-               length: int) -> Mark:
+               length: int, bare: bool = False) -> Mark:
         """cz_policy, with its drop as a verdict."""
         try:
-            return policy(self.st, self.t, vpc, vpc_id, direction, key, h, length)
+            return policy(self.st, self.t, vpc, vpc_id, direction, key, h, length, bare)
         except RateDrop:
             raise _drop(Reason.DROP_VPC_RATE) from None
 
@@ -239,7 +242,8 @@ def _inner4(p: _Packet, vpc: Vpc, off: int, avail: int) -> _Verdict:
     if l4 is None:
         raise _drop(Reason.DROP_INNER_MALFORMED)
     quote = _quote(pkt, off + 20, proto, tot - 20, False, True, src) if not vpc.identity else None
-    nh, port, m = _next_hop(p, vpc, src, dst, l4[1], proto, tot)
+    nh, port, m = _next_hop(p, vpc, src, dst, l4[1], proto, tot,
+                            tcp_bare(pkt, off + 20, proto, tot - 20))
     check = int.from_bytes(pkt[off + 10 : off + 12], "big")
     if not vpc.identity:
         assert vpc.sf4 is not None
@@ -287,7 +291,8 @@ def _inner6(p: _Packet, vpc: Vpc, off: int, avail: int) -> _Verdict:
     if l4 is None:
         raise _drop(Reason.DROP_INNER_MALFORMED)
     quote = _quote(pkt, off + 40, nexthdr, plen, True, True, src) if not vpc.identity else None
-    nh, port, m = _next_hop(p, vpc, src, dst, l4[1], nexthdr, plen + 40)
+    nh, port, m = _next_hop(p, vpc, src, dst, l4[1], nexthdr, plen + 40,
+                            tcp_bare(pkt, off + 40, nexthdr, plen))
     if not vpc.identity:
         assert vpc.sf6 is not None
         new = _translate(src, vpc.prefix6, vpc.sf6)
@@ -439,7 +444,7 @@ def _reply4(p: _Packet, sf: StorageFacing, l3: int) -> _Verdict:
         raise _drop(Reason.DROP_HOST_UNKNOWN)
     h = flow_hash(src, dst, l4[1], proto)
     m = p.policy(p.rated_vpc(sf.vpc_id), sf.vpc_id, DIR_TO_COMPUTE, (proto, 4, src, dst, l4[1]),
-                 h, tot)
+                 h, tot, tcp_bare(pkt, l3 + 20, proto, tot - 20))
     if m.on:
         mark4(pkt, l3, m.dscp)
     h = m.hash(h)
@@ -481,7 +486,8 @@ def _reply6(p: _Packet, sf: StorageFacing, l3: int) -> _Verdict:
         raise _drop(Reason.DROP_HOST_UNKNOWN)
     h = flow_hash(src, dst, l4[1], nexthdr)
     m = p.policy(p.rated_vpc(sf.vpc_id), sf.vpc_id, DIR_TO_COMPUTE,
-                 (nexthdr, 16, src, dst, l4[1]), h, plen + 40)
+                 (nexthdr, 16, src, dst, l4[1]), h, plen + 40,
+                 tcp_bare(pkt, l3 + 40, nexthdr, plen))
     if m.on:
         mark6(pkt, l3, m.dscp)
     h = m.hash(h)

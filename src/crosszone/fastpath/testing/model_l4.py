@@ -59,6 +59,12 @@ def l4_parse(
     return None, b"\0\0\0\0", False
 
 
+def tcp_bare(pkt: bytearray, off: int, proto: int, avail: int) -> bool:
+    """cz_l4.bare: a TCP segment without payload (its data offset reaches the IP payload's end);
+    only asked of a header l4_parse accepted."""
+    return proto == IPPROTO_TCP and avail <= (pkt[off + 12] >> 4) * 4
+
+
 def l4_fix(pkt: bytearray, l4: tuple[int | None, bytes, bool], old: bytes, new: bytes) -> None:
     """cz_l4_fix: correct the L4 checksum for an address change."""
     off, _, udp = l4

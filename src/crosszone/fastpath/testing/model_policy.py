@@ -50,6 +50,9 @@ class PolicyCounters:
     flowlet_moves: int = 0
     rate_drop_packets: int = 0
     rate_drop_bytes: int = 0
+    small_bytes: int = 0
+    bulk_bytes: int = 0
+    bare_packets: int = 0
 
 
 @dataclass
@@ -131,6 +134,8 @@ def _account(st: PolicyState, t: Tables, key: tuple, vpc_id: int, h: int, length
         f = st.flows[slot] = FlowSlot(key, 0, 0, now)
     if (now - f.last_tick) & M64 >= idle:
         f.salt, f.bytes = 0, 0
+    elif f.bytes < t.elephant_bytes and (now - f.last_tick) & M64 >= gap:
+        f.bytes = 0  # a small flow's next message counts from zero; a demoted flow stays bulk
     c = st.counters(vpc_id)
     if f.bytes >= t.elephant_bytes:
         if (now - f.last_tick) & M64 >= gap:
@@ -138,24 +143,37 @@ def _account(st: PolicyState, t: Tables, key: tuple, vpc_id: int, h: int, length
             c.flowlet_moves += 1
         dscp = t.bulk_dscp
         c.bulk_packets += 1
+        c.bulk_bytes += length
     else:
         dscp = t.small_dscp
         c.small_packets += 1
+        c.small_bytes += length
         # the count stops at demotion: only "at least elephant_bytes" is asked of it
         f.bytes += length
     f.last_tick = now
     return Mark(True, dscp, f.salt)
 
 
+def _mark_bare(st: PolicyState, t: Tables, vpc_id: int, length: int) -> Mark:
+    """cz_mark_bare: a TCP segment without payload is small, salt 0, the flow table untouched."""
+    c = st.counters(vpc_id)
+    c.small_packets += 1
+    c.small_bytes += length
+    c.bare_packets += 1
+    return Mark(True, t.small_dscp, 0)
+
+
 def policy(st: PolicyState, t: Tables, vpc: Vpc | None, vpc_id: int, direction: int,
-           key: tuple, h: int, length: int) -> Mark:
+           key: tuple, h: int, length: int, bare: bool = False) -> Mark:
     """cz_policy: the rate check (RateDrop) and the flow's mark. vpc is None when replies do
-    not read VPC records (no CZ_CFG_RATES)."""
+    not read VPC records (no CZ_CFG_RATES); bare: a TCP segment without payload."""
     if not t.flags & (layout.CZ_CFG_POLICY | layout.CZ_CFG_RATES):
         return Mark()
     if vpc is not None and not _rate_ok(st, vpc, direction, length):
         raise RateDrop
     if t.flags & layout.CZ_CFG_POLICY:
+        if bare:
+            return _mark_bare(st, t, vpc_id, length)
         return _account(st, t, (vpc_id, direction) + key, vpc_id, h, length)
     return Mark()
 

@@ -42,8 +42,8 @@ def test_step_lines_split_convergence_at_the_last_changed_route() -> None:
     events = [{"event": "step", "step": 1, "weight_new": 10, "t": T0},
               {"event": "step", "step": 2, "weight_new": 50, "t": T0 + 5},
               {"event": "finished", "step": 2, "weight_new": 50, "t": T0 + 9}]
-    moves = [{"t": T0, "converge_ms": 180.0, "announce_ms": 10.0},
-             {"t": T0 + 5, "converge_ms": 200.0, "announce_ms": 12.0}]
+    moves = [{"t": T0, "converge_ms": 900.0, "kernel_ms": 180.0, "announce_ms": 10.0},
+             {"t": T0 + 5, "converge_ms": 950.0, "kernel_ms": 200.0, "announce_ms": 12.0}]
     # changes: one before the first step, two inside it, one after its kernels converged
     changes = [T0 - 1, T0 + 0.05, T0 + 0.110, T0 + 0.5, T0 + 5.120]
     writes = [T0 + 0.150, T0 + 0.170, T0 + 0.9, T0 + 5.190]
@@ -63,14 +63,16 @@ def test_step_lines_carry_the_products_convergence_next_to_the_routers_kernels()
     # the product's driver: converge_ms is its own (agents applied, share reached), the
     # kernels' time comes from the emulator's watch beside it
     agents = [{"t": T0, "converge_ms": 1400.0, "kernel_ms": 650.0, "announce_ms": 3.0,
-               "applied_ms": 900.0, "share": 9.1}]
+               "applied_ms": 900.0, "share": 9.1, "share_unit": "bytes"}]
     writes = [T0 + 0.6, T0 + 1.2]
     line = step_lines(events, agents, {}, 1_000_000, 1, [], "x", None, writes)[0]
     assert (line["converge_ms"], line["kernel_converge_ms"], line["driver"]) == (
         1400.0, 650.0, "agents")
     assert line["written_ms"] == 600.0  # the routers' logs are read within the kernels' time
-    assert (line["applied_ms"], line["share"]) == (900.0, 9.1)
-    emulator = [{"t": T0, "converge_ms": 180.0, "announce_ms": 10.0}]
-    line = step_lines(events, emulator, {}, 1_000_000, 1, [], "x", None, None)[0]
-    assert (line["converge_ms"], line["kernel_converge_ms"], line["driver"]) == (
-        180.0, 180.0, "emulator")
+    assert (line["applied_ms"], line["share"], line["share_unit"]) == (900.0, 9.1, "bytes")
+    # the kernels never held the step's weights within the watch's time: no kernel figure,
+    # and no router log is read against the product's own
+    unseen = [{"t": T0, "converge_ms": 1400.0, "kernel_ms": None, "announce_ms": 3.0}]
+    line = step_lines(events, unseen, {}, 1_000_000, 1, [], "x", None, writes)[0]
+    assert (line["converge_ms"], line["kernel_converge_ms"], line["written_ms"]) == (
+        1400.0, None, None)

@@ -20,8 +20,8 @@ from crosszone.store.store import STATUS
 from crosszone_lab.emulate import frr, migration, topology
 from crosszone_lab.emulate.migration import (
     EmulatedAgentDriver,
-    EmulatorDriver,
     EmulatorProbes,
+    EmulatorView,
     agents_manage_routing,
     kernel_expectation,
 )
@@ -29,9 +29,9 @@ from crosszone_lab.emulate.migration import (
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _emu() -> EmulatorDriver:
+def _emu() -> EmulatorView:
     p = topology.plan(topology.load(ROOT / "examples" / "migrate.yaml"))
-    return EmulatorDriver(type("Dep", (), {"plan": p})())  # type: ignore[arg-type]
+    return EmulatorView(type("Dep", (), {"plan": p})())  # type: ignore[arg-type]
 
 
 def test_kernel_expectation_follows_the_weight_and_keeps_the_canary_with_the_target() -> None:

@@ -25,6 +25,7 @@ from crosszone.agent.frr_apply import (
     FrrReloadApplier,
     FrrTarget,
     parse_test_output,
+    routing_delta,
 )
 from crosszone.agent.frr_config import RoutingState
 from crosszone.agent.routing_owner import RoutingOwner
@@ -341,7 +342,7 @@ def test_applier_reloads_only_when_something_differs(tmp_path: Path) -> None:
     assert a.apply("hostname h\n").empty
     assert [c for c in runner.calls if "--reload" in c] == []
     assert (tmp_path / "frr" / "frr.conf").read_text() == "hostname h\n"
-    ch = a.apply("hostname h\n!\n")
+    ch = a.apply("hostname h2\n")  # not a migration step's lines: frr-reload.py
     assert not ch.empty and len([c for c in runner.calls if "--reload" in c]) == 1
     reload_call = next(c for c in runner.calls if "--reload" in c)
     assert reload_call[reload_call.index("-N") + 1] == "gwns"
@@ -386,3 +387,102 @@ def test_frr_reload_is_never_asked_to_write_vtyshs_own_configuration() -> None:
         assert Path(argv[argv.index("--confdir") + 1]) / "frr.conf" == Path(argv[-1]) == t.conf
     with pytest.raises(ValueError, match=r"must be named frr\.conf"):
         FrrTarget(config_file=Path("/run/x/gateway.conf"))
+
+
+# ---- the direct path for a migration step's lines --------------------------------------------
+
+GOLDEN = Path(__file__).parent / "golden" / "frr"
+
+
+def _golden(name: str) -> str:
+    return (GOLDEN / f"cluster-gw-a{name}.conf").read_text()
+
+
+def test_a_steps_difference_is_a_routing_delta_anything_else_is_not() -> None:
+    base, weighted, drained = _golden(""), _golden("-weighted"), _golden("-drained")
+    d = routing_delta(base, weighted)
+    assert d is not None and d.removed == ()
+    assert {line for _, line in d.added} == {"set extcommunity bandwidth 400"}
+    assert {ctx for ctx, _ in d.added} == {("route-map CZ-TO-ZONES permit 10",),
+                                           ("route-map CZ-TO-ZONES permit 20",),
+                                           ("route-map CZ-TO-ZONES permit 30",)}
+    d = routing_delta(weighted, drained)
+    assert d is not None and d.added == ((("router bgp 65100",), "bgp graceful-shutdown"),)
+    d = routing_delta(base, _golden("-withdrawn"))
+    assert d is not None and d.added == () and len(d.removed) == 6
+    assert (("router bgp 65100", "address-family ipv6 unicast"), "network fd64:a::/64") in \
+        d.removed
+    # a session, a hostname, a block that comes or goes: not a step's lines
+    assert routing_delta(base, base.replace("timers connect 1", "timers connect 2")) is None
+    assert routing_delta(base, base.replace("hostname gw-host", "hostname other")) is None
+    assert routing_delta(base, base.replace(" network 100.64.0.0/16\n", "").replace(
+        "router bgp 65100", "router bgp 65101")) is None
+
+
+def test_a_delta_sets_weights_first_and_replaces_a_set_without_no() -> None:
+    d = routing_delta(_golden("-weighted"), _golden("-weighted").replace("bandwidth 400",
+                                                                        "bandwidth 800"))
+    assert d is not None
+    cmds = d.commands()
+    assert not any(c.startswith("no ") for c in cmds)
+    assert cmds[:4] == ["configure terminal", "route-map CZ-TO-ZONES permit 10",
+                        "set extcommunity bandwidth 800", "end"]
+    both = routing_delta(_golden("-withdrawn"), _golden("-weighted"))
+    assert both is not None
+    cmds = both.commands()
+    assert max(i for i, c in enumerate(cmds) if c.startswith("set ")) < min(
+        i for i, c in enumerate(cmds) if c.startswith("network "))  # weighted, then announced
+    back = routing_delta(_golden("-weighted"), _golden(""))
+    assert back is not None and "no set extcommunity bandwidth 400" in back.commands()
+
+
+class FrrLike(FakeRunner):
+    """frr-reload.py's --test answers as FakeRunner; vtysh's `show running-config` answers
+    `running` (or the configuration the last direct commands were meant to reach: `obeys`)."""
+
+    def __init__(self, tests: list[str], running: str, obeys: bool = True) -> None:
+        super().__init__(tests)
+        self.running, self.obeys, self.goal = running, obeys, running
+
+    def __call__(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        if "show running-config" in argv:
+            self.calls.append(list(argv))
+            return subprocess.CompletedProcess(argv, 0, self.goal if self.obeys
+                                               else self.running, "")
+        return super().__call__(argv)
+
+
+def test_a_step_goes_to_vtysh_directly_and_is_checked(tmp_path: Path) -> None:
+    base, weighted = _golden(""), _golden("-weighted")
+    runner = FrrLike(["", TEST_OUT, ""], running=base)
+    a = _applier(tmp_path, runner, pathspace="gwns")
+    a.apply(base)  # the first apply: frr-reload.py
+    assert any("--test" in c for c in runner.calls)
+    runner.calls.clear()
+    runner.goal = weighted
+    ch = a.apply(weighted)
+    assert [c for c in runner.calls if "--test" in c or "--reload" in c] == []
+    direct = runner.calls[0]
+    assert direct[:3] == ["/usr/bin/vtysh", "-N", "gwns"]
+    assert "set extcommunity bandwidth 400" in direct
+    assert "clear bgp ipv4 unicast * soft out" in direct  # routes re-sent with the weight
+    assert runner.calls[1][-1] == "show running-config"
+    assert len(ch.added) == 3 and ch.deleted == () and a.direct_applies == 1
+    assert (tmp_path / "frr" / "frr.conf").read_text() == weighted  # a restart reads it
+    # the same lines again (the agent's drift check) are frr-reload.py's comparison
+    for again in (weighted, weighted + "!\n"):
+        runner.calls.clear()
+        runner.tests = [""]
+        assert a.apply(again).empty and [c for c in runner.calls if "--test" in c]
+
+
+def test_a_direct_step_frr_did_not_take_falls_back_to_frr_reload(tmp_path: Path) -> None:
+    base, weighted = _golden(""), _golden("-weighted")
+    runner = FrrLike(["", TEST_OUT, ""], running=base, obeys=False)
+    a = _applier(tmp_path, runner)
+    a.apply(base)
+    runner.calls.clear()
+    runner.tests = [TEST_OUT, ""]
+    ch = a.apply(weighted)
+    assert len([c for c in runner.calls if "--reload" in c]) == 1 and not ch.empty
+    assert a.direct_applies == 0 and a.direct_fallbacks == 1

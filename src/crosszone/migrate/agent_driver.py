@@ -10,10 +10,11 @@ for the emulator alike:
   one store transaction, then waits until every agent reports in its status that FRR holds
   that object's revision (`routing.state_revision`). An agent that is down holds the step: the
   driver waits (and keeps the runner's heartbeat) until it is back and has applied it.
-- **convergence**: once every agent applied, the driver samples the forwarded-packet counters
-  of both sides (the agents' metrics, `crosszone_verdicts_total{verdict="forward"}`; the
-  adapter's counter for the legacy gateways) and waits until the new side's share of the
-  packets forwarded over the last `window_s` reaches the step's weight within
+- **convergence**: once every agent applied, the driver samples the forwarded counters of
+  both sides (the agents' metrics, `crosszone_verdict_bytes_total` and `crosszone_verdicts_total`
+  with `verdict="forward"`; the adapter's counters for the legacy gateways: bytes when every
+  one can say them, else packets, `share_unit`) and waits until the new side's share of the
+  traffic forwarded over the last `window_s` reaches the step's weight within
   `share_tolerance` percentage points. `converge_ms` runs from the first action to that
   moment; a share that does not get there within `share_timeout_s` is recorded (`share`,
   `share_reached: false`) and the migration goes on: with few flows ECMP hashing cannot split

@@ -11,18 +11,19 @@ On the migration topology (examples/migrate.yaml) the benchmark runs, all at onc
   back, crosszone -> legacy, by the same engine and driver as `crosszone migrate`.
 
 One JSON line per step: `{"migration", "step", "weight_new", "lost", "lost_to_storage",
-"lost_to_compute", "failed_requests", "max_gap_ms", "converge_ms", "kernel_converge_ms", "driver",
-"applied_ms", "share", "announce_ms", "update_rcvd_ms", "after_update_ms"}`. With the product's
-driver (`driver: "agents"`, once the emulated crosszone agents own their routing) converge_ms is the
-product's own figure (every agent applied the step and the new gateways' share of forwarded packets
-reached its weight, migrate/agent_driver.py) and kernel_converge_ms the emulator's independent one:
-from the same start until both routers' kernels hold the step's weights (netlink), which no operator
-can read on real routers. With the emulator's own driver (`driver: "emulator"`) both are that kernel
-figure. announce_ms is the part spent sending the commands (writing the routing objects and calling
-the legacy adapter), update_rcvd_ms is when the routers received the last route the step changed
-(FRR's `debug bgp updates in`, turned on for the run: emulate/update_log.py), written_ms when their
-zebra last wrote a route to the kernel (`debug zebra kernel`), and after_update_ms = written_ms -
-update_rcvd_ms, the routers' own convergence, timed by them. Then a summary line with the totals,
+"lost_to_compute", "failed_requests", "max_gap_ms", "converge_ms", "kernel_converge_ms",
+"driver", "applied_ms", "share", "share_unit", "announce_ms", "update_rcvd_ms",
+"after_update_ms"}`. The driver is the product's (`driver: "agents"`: the emulated crosszone
+gateways' agents own their routing): converge_ms is the product's own figure (every agent
+applied the step and the new gateways' share of the forwarded traffic reached its weight,
+migrate/agent_driver.py) and kernel_converge_ms the emulator's independent one: from the same
+start until both routers' kernels hold the step's weights (netlink), which no operator can read
+on real routers. announce_ms is the part spent sending the commands (writing the routing
+objects and calling the legacy adapter), update_rcvd_ms is when the routers received the last
+route the step changed (FRR's `debug bgp updates in`, turned on for the run:
+emulate/update_log.py), written_ms when their zebra last wrote a route to the kernel (`debug
+zebra kernel`), and after_update_ms = written_ms - update_rcvd_ms, the routers' own
+convergence, timed by them. Then a summary line with the totals,
 the TCP resets counted in every endpoint and storage namespace, and the conditions.
 """
 
@@ -58,7 +59,6 @@ from crosszone_lab.bench.migrate_chart import Sampler, draw
 from crosszone_lab.emulate import deploy, topology, update_log
 from crosszone_lab.emulate.migration import (
     EmulatedAgentDriver,
-    EmulatorDriver,
     MigrationDriverError,
     agents_manage_routing,
     emulated_agent_driver,
@@ -74,20 +74,6 @@ TOPOLOGY = ROOT / "examples" / "migrate.yaml"
 STEP_EVENTS = ("step", "rollback_step", "rollback")
 
 
-@dataclass
-class Moves(EmulatorDriver):
-    """The emulator driver, keeping every weight move's timing for the step lines."""
-
-    moves: list[dict[str, float]] = field(default_factory=list)
-
-    def set_weight(self, plan: Plan, weight_new: int) -> float:
-        """Move, then keep the timing with the wall-clock time of the move."""
-        t = time.time()
-        ms = super().set_weight(plan, weight_new)
-        self.moves.append({"t": t, **self.last_move})
-        return ms
-
-
 def _tcp_resets(namespaces: list[str]) -> int:
     """Tcp EstabResets + OutRsts summed over namespaces (/proc/net/snmp)."""
     total = 0
@@ -101,20 +87,20 @@ def _tcp_resets(namespaces: list[str]) -> int:
     return total
 
 
-#: What a move takes beyond its dwell: the emulator's own driver (vty commands, a kernel
-#: watch) about 1.5 s; the product's (the legacy adapter's processes, each agent's
-#: frr-reload.py, the traffic share read through them) was measured at 10 to 30 s a move on
-#: this box, and the workload and the probe must outlast every move or the shares read nothing.
-MOVE_S = {"emulator": 1.5, "agents": 45.0}
+#: The most a move may take beyond its dwell (the agents' applies, the legacy actions, a
+#: traffic share that is not reached waits its 30 s timeout): the workload and the probe must
+#: outlast every move or the shares read nothing; they are stopped when the migrations end.
+MOVE_S = 45.0
 
 
-def _estimate_s(plan: Plan, move_s: float = MOVE_S["emulator"]) -> float:
-    """How long one migration takes (dwells, plus a tick and a move per phase)."""
+def _estimate_s(plan: Plan, move_s: float = MOVE_S) -> float:
+    """How long one migration takes at most (dwells, plus a tick and a move per phase, and the
+    standby and retirement moves)."""
     return (plan.canary_dwell_s + move_s + len(plan.steps) * (plan.dwell_s + move_s)
-            + plan.dwell_s + 8 + (2 * move_s if move_s > MOVE_S["emulator"] else 0))
+            + plan.dwell_s + 8 + 2 * move_s)
 
 
-def _migrate(store: Store, driver: Moves | EmulatedAgentDriver, plan: Plan,
+def _migrate(store: Store, driver: EmulatedAgentDriver, plan: Plan,
              log: Callable[[str], None]
              ) -> tuple[str, list[dict[str, Any]]]:
     """One migration to the end (finish included): its final state and its history. A guard
@@ -203,18 +189,18 @@ def step_lines(events: list[dict[str, Any]], moves: list[dict[str, float]],
         t0 = move.get("t", ev["t"])
         t1 = ends[i] if i < len(ends) else float("inf")
         conv = move.get("converge_ms")
-        agents = "kernel_ms" in move  # the product's driver: its own figure and the kernels'
-        kernel = move.get("kernel_ms") if agents else conv
+        kernel = move.get("kernel_ms")
         rcvd, written = last_ms(changes, t0, kernel), last_ms(writes, t0, kernel)
         out.append({"migration": label, "step": ev["step"], "weight_new": ev["weight_new"],
                     **lost_in(records, interval_ns, flows, t0, t1),
                     "failed_requests": sum(n for t, n in errors if t0 <= t < t1),
                     "converge_ms": conv,
                     "kernel_converge_ms": kernel,
-                    "driver": "agents" if agents else "emulator",
-                    # the product's driver: when the last agent had applied the step, and the
-                    # new gateways' share of forwarded packets it read (None: none read)
+                    "driver": "agents",
+                    # when the last agent had applied the step, and the new gateways' share of
+                    # the forwarded traffic the driver read (None: none read), in share_unit
                     "applied_ms": move.get("applied_ms"), "share": move.get("share"),
+                    "share_unit": move.get("share_unit"),
                     "announce_ms": move.get("announce_ms"),
                     "update_rcvd_ms": rcvd,
                     "written_ms": written,
@@ -284,12 +270,12 @@ class _Migrations:
     interrupted: bool = False
 
 
-def _driver(store: Store, dep: Any, console: Console) -> Moves | EmulatedAgentDriver:
-    """The product's driver when every emulated crosszone agent owns its routing (the same
-    choice as `crosszone migrate` on the emulator), else the emulator's own."""
-    if agents_manage_routing(dep):
-        return emulated_agent_driver(dep, store, lambda m: console.print(m))
-    return Moves(dep, log=lambda m: console.print(m))
+def _driver(store: Store, dep: Any, console: Console) -> EmulatedAgentDriver:
+    """The product's driver over the emulation, as `crosszone migrate` on the emulator."""
+    if not agents_manage_routing(dep):
+        raise MigrationDriverError("the emulated crosszone gateways' agents do not all "
+                                   "manage their routing")
+    return emulated_agent_driver(dep, store, lambda m: console.print(m))
 
 
 def _run_migrations(store: Store, dep: Any, plans: list[Plan], console: Console,
@@ -334,8 +320,7 @@ def run_bench(steps: tuple[int, ...], dwell_s: float, pps: float, flows: int,
     errors = _Errors()
 
     # ---- run: the probe, the workload, the stall watch, the migrations
-    move_s = MOVE_S["agents" if agents_manage_routing(dep) else "emulator"]
-    duration = sum(_estimate_s(pl, move_s) for pl in plans) + 15
+    duration = sum(_estimate_s(pl) for pl in plans) + 15
     workdir = Path(tempfile.mkdtemp(prefix="czmigrate-probe-"))
     udp = start_probe(p, prod[0], p.storage_nodes[0], pps, flows, workdir,
                       max_s=duration + 120, dscp=spec.priority_dscp)

@@ -7,9 +7,9 @@ migration's store is the emulation's controller store (else a file in its run di
 driver is the emulated deployment's.
 
 The driver is the product's (migration.EmulatedAgentDriver: agent_driver.AgentDriver with the
-routers' kernels timed beside it) when every crosszone gateway's agent reports that it owns its
-gateway's routing (issue 23, deliverable 6); otherwise the emulator's own `EmulatorDriver`
-(emulate/migration.py), which configures the gateways' bgpd itself.
+routers' kernels timed beside it): the emulated crosszone gateways' agents own their routing,
+as on real gateways. Until every agent reports that it does (`emulate up` waits for it), the
+command refuses, saying which.
 """
 
 from __future__ import annotations
@@ -26,13 +26,11 @@ from crosszone_lab.emulate import control_plane, deploy
 from crosszone_lab.emulate import state as emu_state
 from crosszone_lab.emulate.migration import (
     EmulatedAgentDriver,
-    EmulatorDriver,
     MigrationDriverError,
     agents_manage_routing,
     emulated_agent_driver,
 )
 from crosszone_lab.emulate.topology import RUN_DIR, parse
-from crosszone_lab.emulate.vty import VtyError
 
 
 def default_store_url() -> str:
@@ -44,7 +42,7 @@ def default_store_url() -> str:
 
 
 def _close(driver: eng.Driver) -> None:
-    if isinstance(driver, EmulatorDriver | EmulatedAgentDriver):
+    if isinstance(driver, EmulatedAgentDriver):
         driver.close()
 
 
@@ -62,12 +60,14 @@ def emulator_deployment() -> commands.Deployment | None:
         if st is None or not st.complete:
             raise commands.fail("no deployment: run `crosszone emulate up` first")
         dep = deploy.make(parse(st.spec), topology_path=st.topology)
-        if agents_manage_routing(dep):
-            return emulated_agent_driver(dep, store, log)
-        return EmulatorDriver(dep, log=log)
+        if not agents_manage_routing(dep):
+            raise commands.fail("the emulated crosszone gateways' agents do not all manage "
+                                "their routing yet (`crosszone emulate status`; `emulate up` "
+                                "waits for it)")
+        return emulated_agent_driver(dep, store, log)
 
     return commands.Deployment(default_store_url(), make_driver,
-                               errors=(MigrationDriverError, VtyError, DriverError),
+                               errors=(MigrationDriverError, DriverError),
                                close=_close)
 
 

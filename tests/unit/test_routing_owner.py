@@ -468,6 +468,8 @@ def test_a_step_goes_to_vtysh_directly_and_is_checked(tmp_path: Path) -> None:
     assert "clear bgp ipv4 unicast * soft out" in direct  # routes re-sent with the weight
     assert runner.calls[1][-1] == "show running-config"
     assert len(ch.added) == 3 and ch.deleted == () and a.direct_applies == 1
+    owner = RoutingOwner("gw-a", a)
+    assert (owner.status()["direct_applies"], owner.status()["direct_fallbacks"]) == (1, 0)
     assert (tmp_path / "frr" / "frr.conf").read_text() == weighted  # a restart reads it
     # the same lines again (the agent's drift check) are frr-reload.py's comparison
     for again in (weighted, weighted + "!\n"):

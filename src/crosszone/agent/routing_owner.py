@@ -264,6 +264,10 @@ class RoutingOwner(Collector):
             "state_wanted": self.state_revision, "state_error": self.state_error,
             "applies": self.applies, "errors": self.errors,
             "drift_corrections": self.drift_corrections,
+            # applies of a migration step's lines through vtysh alone, and those whose check
+            # failed and went through frr-reload.py (frr_apply's module doc)
+            "direct_applies": getattr(self.applier, "direct_applies", 0),
+            "direct_fallbacks": getattr(self.applier, "direct_fallbacks", 0),
             "last_change": {"deleted": len(self.last_changes.deleted),
                             "added": len(self.last_changes.added),
                             "ms": round(self.last_changes.seconds * 1000, 1)},

@@ -1,5 +1,7 @@
 """The package layering of docs/architecture.md: no package imports one above it.
 
+The layers are read from the diagram in docs/architecture.md ("## Layers"), so the page and the
+check cannot drift apart: one row per rank, the top row highest, packages on one row siblings.
 Walks every import under src/crosszone (the product) and src/crosszone_lab (the lab), module level
 and inside functions, absolute and relative, and fails on an upward or unknown edge, naming the
 file and line. The product never imports the lab (a gateway installs it without the lab's
@@ -19,31 +21,39 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src" / "crosszone"
 LAB = SRC.parent / "crosszone_lab"
 
+ARCHITECTURE = SRC.parents[1] / "docs" / "architecture.md"
+_NAME = re.compile(r"[a-z_]+(?:/|\.py)")
+
+
+def diagram_rows(text: str, title: str) -> list[tuple[str, ...]]:
+    """The rows of one part of the layer diagram in docs/architecture.md's "## Layers", top row
+    first: the package names that start each row (`plan/`, `cli.py`, `agent/  probe/`), without
+    the trailing `/` or `.py`. A row is a line indented by one space; its names are the words
+    before the description; lines indented further continue a description."""
+    block = text.split("## Layers", 1)[1].split("```", 2)[1]
+    part = block.split(f"\n {title}", 1)[1].split("\n\n", 1)[0]
+    rows = []
+    for line in part.splitlines()[1:]:
+        if not line.startswith(" ") or line.startswith("  "):
+            continue
+        names = []
+        for word in line.split():
+            if not _NAME.fullmatch(word):
+                break
+            names.append(word.removesuffix("/").removesuffix(".py"))
+        if names:
+            rows.append(tuple(names))
+    return rows
+
+
+_TEXT = ARCHITECTURE.read_text()
 #: Lowest first; a package may import its own rank or any lower one. Packages on one rank are
-#: siblings that may not import each other (the tuple form).
-LAYERS: tuple[tuple[str, ...], ...] = (
-    ("abi", "linux", "progress"),
-    ("intent",),
-    ("compile",),
-    ("store",),
-    ("fastpath",),
-    ("agent", "probe"),
-    ("migrate",),
-    ("control",),
-    ("plan",),
-    ("cli",),
-)
+#: siblings that may not import each other (the tuple form). Read from the diagram.
+LAYERS: tuple[tuple[str, ...], ...] = tuple(reversed(diagram_rows(_TEXT, "src/crosszone (")))
 RANK = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
 #: The lab's layers, the same way; any lab module may import any product package.
-LAB_LAYERS: tuple[tuple[str, ...], ...] = (
-    ("local_etcd", "sample_traffic", "charts"),
-    ("pcap_run",),
-    ("pcap_commands",),
-    ("workload",),
-    ("emulate",),
-    ("bench",),
-    ("demo",),
-)
+LAB_LAYERS: tuple[tuple[str, ...], ...] = tuple(
+    reversed(diagram_rows(_TEXT, "src/crosszone_lab (")))
 LAB_RANK = {pkg: i for i, layer in enumerate(LAB_LAYERS) for pkg in layer}
 
 
@@ -112,30 +122,25 @@ def upward_imports(root: Path = SRC, lab: Path | None = None) -> list[str]:
     return bad
 
 
-ARCHITECTURE = SRC.parents[1] / "docs" / "architecture.md"
+def test_the_diagram_is_read_as_the_layers_it_draws() -> None:
+    """The reader itself, on the diagram's form: rows, siblings, continued descriptions."""
+    text = ("## Layers\n\n```\n top (the top part)\n cli.py     the command\n"
+            " agent/  probe/   two siblings, whose description\n"
+            "                  continues: plan/ here is not a row\n"
+            " abi/  linux/  progress.py\n                  the bottom row\n\n"
+            " other (another part)\n x/  y\n```\n")
+    assert diagram_rows(text, "top (") == [("cli",), ("agent", "probe"),
+                                           ("abi", "linux", "progress")]
 
 
-def _diagram(title: str) -> list[str]:
-    """The packages of one part of docs/architecture.md's layer diagram, top line first: the
-    names at the start of each line (`plan/`, `cli.py`, `agent/  probe/`)."""
-    text = ARCHITECTURE.read_text()
-    block = text.split("## Layers", 1)[1].split("```", 2)[1]
-    part = block.split(f" {title}", 1)[1].split("\n\n", 1)[0]
-    names = []
-    for line in part.splitlines()[1:]:
-        head = line[1:21] if line.startswith(" ") and not line.startswith("  ") else ""
-        names += [w.removesuffix("/").removesuffix(".py") for w in head.split()]
-    return names
-
-
-@pytest.mark.parametrize(("title", "rank"), [("src/crosszone (", RANK),
-                                             ("src/crosszone_lab (", LAB_RANK)])
-def test_the_architecture_diagram_is_the_layering(title: str, rank: dict[str, int]) -> None:
-    """docs/architecture.md's diagram lists every package, higher layers above lower ones."""
-    names = _diagram(title)
-    assert sorted(names) == sorted(rank), f"the diagram lists {names}, the layers {sorted(rank)}"
-    ranks = [rank[n] for n in names]
-    assert ranks == sorted(ranks, reverse=True), f"out of layer order: {names}"
+def test_the_diagram_has_the_layers_the_code_needs() -> None:
+    """Both parts of the diagram were found, each package once, with the product's known
+    bottom and top (a diagram the reader could not parse would make every check vacuous)."""
+    for layers in (LAYERS, LAB_LAYERS):
+        names = [n for row in layers for n in row]
+        assert len(names) == len(set(names)) and len(layers) >= 5, layers
+    assert LAYERS[0] == ("abi", "linux", "progress") and LAYERS[-1] == ("cli",)
+    assert LAB_LAYERS[-1] == ("demo",)
 
 
 def test_no_upward_imports() -> None:

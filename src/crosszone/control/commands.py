@@ -2,7 +2,8 @@
 
 Everything printed that comes from a file, the controller or the store (names, messages,
 errors) goes through rich.markup.escape: a `[/x]` in a pool name or an agent's message is
-text, not markup (an unmatched closing tag used to end the command with a MarkupError).
+text, not markup (rich reads an unmatched closing tag as markup and ends the command with a
+MarkupError).
 """
 
 from __future__ import annotations

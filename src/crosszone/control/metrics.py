@@ -13,7 +13,8 @@
 Nothing is cached: a scrape sees what `/v1/status` and `/v1/migration` would answer. The
 gateways' reports and the migration record come from the store, so any value may be odd: one
 that is no finite-or-infinite float (a 401-digit `revision`, a string `step`) is left out and
-counted, and the rest of the scrape goes on (it used to answer 500 with an OverflowError).
+counted, and the rest of the scrape goes on (an OverflowError would otherwise turn the whole
+scrape into a 500).
 """
 
 from __future__ import annotations

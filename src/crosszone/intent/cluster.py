@@ -25,17 +25,21 @@ from crosszone.intent.loader import (
     compose,
     host_block_error,
     line_in_block,
-    line_of,
-    node_at,
     read_intent_text,
     validation_problem,
 )
 from crosszone.intent.schema import Cluster
-from crosszone.intent.strict_yaml import DuplicateKeyError, path_of_key, yaml11_hint
+from crosszone.intent.strict_yaml import (
+    DuplicateKeyError,
+    line_of,
+    node_at,
+    path_of_key,
+    yaml11_hint,
+)
 
 Loc = tuple[Any, ...]
 # What a version-1 document may hold; the rest of version 2 (several gateways, BGP, compact
-# hosts and prefix blocks, policy) is rejected in a version-1 file, as it always was.
+# hosts and prefix blocks, policy) is rejected in a version-1 file.
 V1_KEYS = ("version", "gateway", "vpcs", "hosts", "storage_pools")
 
 

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from crosszone.intent.errors import InvalidIntentError
 from crosszone.intent.hosts import HostError
-from crosszone.intent.strict_yaml import StrictLoader
+from crosszone.intent.strict_yaml import StrictLoader, line_of, node_at
 
 # The one YAML dialect of intents (strict_yaml.py): libyaml's speed, YAML 1.2-core scalars, no
 # duplicate keys.
@@ -28,41 +28,6 @@ def compose(text: str) -> yaml.Node | None:
         return yaml.compose(text, Loader=Loader)
     except (yaml.YAMLError, RecursionError):
         return None
-
-
-def line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
-    """The 1-based line of the YAML node at loc, or of the deepest ancestor found."""
-    node = root
-    line = node.start_mark.line + 1 if node is not None else None
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            nxt = next((v for k, v in node.value if getattr(k, "value", None) == part), None)
-            if nxt is None:
-                key = next((k for k, _ in node.value if getattr(k, "value", None) == part), None)
-                return key.start_mark.line + 1 if key is not None else line
-            node = nxt
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
-            if part >= len(node.value):
-                return line
-            node = node.value[part]
-        else:
-            return line
-        line = node.start_mark.line + 1
-    return line
-
-
-def node_at(root: yaml.Node | None, loc: tuple[Any, ...]) -> yaml.Node | None:
-    """The YAML node at a document path, or None."""
-    node = root
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            node = next((v for k, v in node.value if getattr(k, "value", None) == part), None)
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(
-                node.value):
-            node = node.value[part]
-        else:
-            return None
-    return node
 
 
 def line_in_block(root: yaml.Node | None, loc: tuple[Any, ...], msg: str) -> int | None:

@@ -15,6 +15,14 @@ the same speed) and changes only what the parser's scalars and mappings become:
 Aliases stay allowed: PyYAML shares the aliased object instead of copying it, and the schema stops
 at the first wrong shape, so nested aliases do not multiply the work (tested with a 10^9-node
 expansion).
+
+Every YAML input of the project is read in this dialect: the intent (`StrictLoader`), and the
+inputs with measured or priced quantities (`StrictNumbersLoader`, which adds decimal fractions):
+the planner's scenario and catalog, the emulator's topology, a migration's deployment file and
+guard limits, the probe's configuration and the legacy adapter's. `load` reads one document and
+turns a YAML error into `YamlInputError` naming the source and the line; `where` gives the line
+of a value the schema refused and, when YAML 1.1 would have read it differently, what it would
+have read, so the caller's message says why `no`, `010` or `1:30` is not what it looks like.
 """
 
 from __future__ import annotations
@@ -126,6 +134,42 @@ def path_of_key(root: yaml.Node | None, line: int, column: int) -> tuple[Any, ..
     return ()
 
 
+def line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """The 1-based line of the YAML node at loc, or of the deepest ancestor found."""
+    node = root
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            nxt = next((v for k, v in node.value if getattr(k, "value", None) == part), None)
+            if nxt is None:
+                key = next((k for k, _ in node.value if getattr(k, "value", None) == part), None)
+                return key.start_mark.line + 1 if key is not None else line
+            node = nxt
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if part >= len(node.value):
+                return line
+            node = node.value[part]
+        else:
+            return line
+        line = node.start_mark.line + 1
+    return line
+
+
+def node_at(root: yaml.Node | None, loc: tuple[Any, ...]) -> yaml.Node | None:
+    """The YAML node at a document path, or None."""
+    node = root
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            node = next((v for k, v in node.value if getattr(k, "value", None) == part), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(
+                node.value):
+            node = node.value[part]
+        else:
+            return None
+    return node
+
+
+
 class StrictNumbersLoader(StrictLoader):
     """StrictLoader that also reads decimal fractions as floats: for the inputs with measured or
     priced quantities (the planner's scenarios and catalog), where `0.85` is a number. A float is
@@ -141,3 +185,54 @@ StrictNumbersLoader.add_implicit_resolver(
     re.compile(r"^(?:[-+]?(?:(?:0|[1-9][0-9]*)\.[0-9]*|\.[0-9]+|(?:0|[1-9][0-9]*)(?:\.[0-9]*)?"
                r"[eE][-+]?[0-9]+)|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
     list("-+0123456789."))
+
+
+class YamlInputError(ValueError):
+    """A YAML input that cannot be read: `source`, the 1-based `line` (None when unknown) and
+    the `problem`; its text is `source:line: problem`."""
+
+    def __init__(self, source: str, line: int | None, problem: str) -> None:
+        super().__init__(f"{source}:{line}: {problem}" if line else f"{source}: {problem}")
+        self.source = source
+        self.line = line
+        self.problem = problem
+
+
+def load(text: str, source: str, loader: Any = StrictNumbersLoader) -> Any:
+    """One YAML document read in this dialect (`StrictNumbersLoader` unless told); a duplicate
+    key or a syntax error is a YamlInputError naming `source` and the line."""
+    try:
+        return yaml.load(text, Loader=loader)
+    except DuplicateKeyError as exc:
+        raise YamlInputError(source, exc.line, str(exc)) from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        what = " ".join(x for x in (exc.context, exc.problem) if x)
+        raise YamlInputError(source, line, f"not valid YAML: {what}") from None
+    except yaml.YAMLError as exc:
+        raise YamlInputError(source, None, f"not valid YAML: {exc}") from None
+
+
+def yaml11_note(node: yaml.Node | None) -> str | None:
+    """'YAML 1.1 would read `no` as False, ...' for a plain scalar this dialect read as a string
+    and YAML 1.1 as something else (a boolean, an octal or base-60 integer, a date), else None."""
+    if not isinstance(node, yaml.ScalarNode) or node.tag != STR_TAG:
+        return None
+    if node.style not in (None, ""):
+        return None
+    value = yaml11_reading(str(node.value))
+    if value is None:
+        return None
+    return (f"{node.value} is the string {str(node.value)!r} here, which YAML 1.1 would read as "
+            f"{value!r}: write true/false for a boolean and integers in plain decimal")
+
+
+def where(text: str, loc: tuple[Any, ...]) -> tuple[int | None, str | None]:
+    """(line, YAML 1.1 note) of the value at document path `loc` of `text`: for an error the
+    schema found after `load` succeeded."""
+    try:
+        root = yaml.compose(text, Loader=StrictLoader)
+    except (yaml.YAMLError, RecursionError):
+        return None, None
+    return line_of(root, loc), yaml11_note(node_at(root, loc))

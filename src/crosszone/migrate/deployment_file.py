@@ -26,8 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from crosszone.intent import strict_yaml
 from crosszone.migrate import engine as eng
 from crosszone.migrate import legacy_adapter
 from crosszone.migrate.agent_driver import (
@@ -48,12 +47,17 @@ CONVERGENCE = {"share_tolerance": "share_tolerance", "window_s": "share_window_s
 
 
 class DeploymentError(ValueError):
-    """A deployment file that cannot be used (the message names the file and the key)."""
+    """A deployment file that cannot be used (the message names the file and the key); `loc`
+    is the document path of the value at fault, when there is one."""
+
+    def __init__(self, message: str, loc: tuple[Any, ...] | None = None) -> None:
+        super().__init__(message)
+        self.loc = loc
 
 
-def _names(where: str, value: Any) -> list[str]:
+def _names(where: str, value: Any, loc: tuple[Any, ...]) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(x, str) and x for x in value):
-        raise DeploymentError(f"{where}: a list of gateway names")
+        raise DeploymentError(f"{where}: a list of gateway names", loc)
     return list(value)
 
 
@@ -63,7 +67,7 @@ def make_adapter(config: Any) -> LegacySide:
     try:
         return legacy_adapter.from_config(config)
     except legacy_adapter.LegacyConfigError as exc:
-        raise DeploymentError(str(exc)) from None
+        raise DeploymentError(str(exc), ("legacy", "adapter")) from None
 
 
 def parse(doc: Any, where: str = "deployment",
@@ -74,36 +78,41 @@ def parse(doc: Any, where: str = "deployment",
     unknown = sorted(set(doc) - KNOWN)
     if unknown:
         raise DeploymentError(f"{where}: unknown keys {', '.join(map(str, unknown))} "
-                              f"(known: {', '.join(sorted(KNOWN))})")
+                              f"(known: {', '.join(sorted(KNOWN))})", (unknown[0],))
     legacy = doc.get("legacy")
     if not isinstance(legacy, dict) or "gateways" not in legacy:
-        raise DeploymentError(f"{where}: legacy: a mapping with gateways and adapter")
-    legacy_names = _names(f"{where}: legacy.gateways", legacy["gateways"])
+        raise DeploymentError(f"{where}: legacy: a mapping with gateways and adapter",
+                              ("legacy",))
+    legacy_names = _names(f"{where}: legacy.gateways", legacy["gateways"],
+                          ("legacy", "gateways"))
     side = adapter(legacy.get("adapter"))
     agents = doc.get("agents") or {}
     if not isinstance(agents, dict):
-        raise DeploymentError(f"{where}: agents: a mapping (gateways, metrics)")
-    agent_names = _names(f"{where}: agents.gateways", agents["gateways"]) \
+        raise DeploymentError(f"{where}: agents: a mapping (gateways, metrics)", ("agents",))
+    agent_names = _names(f"{where}: agents.gateways", agents["gateways"],
+                         ("agents", "gateways")) \
         if "gateways" in agents else []
     metrics = agents.get("metrics") or {}
     if not isinstance(metrics, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in metrics.items()):
-        raise DeploymentError(f"{where}: agents.metrics: gateway name -> host:port")
+        raise DeploymentError(f"{where}: agents.metrics: gateway name -> host:port",
+                              ("agents", "metrics"))
     conv = doc.get("convergence") or {}
     if not isinstance(conv, dict) or set(conv) - set(CONVERGENCE):
         raise DeploymentError(f"{where}: convergence: a mapping of "
-                              f"{', '.join(CONVERGENCE)}")
+                              f"{', '.join(CONVERGENCE)}", ("convergence",))
     tuning: dict[str, Any] = {}
     for k, v in conv.items():
         if v is None and k == "apply_timeout_s":
             tuning[CONVERGENCE[k]] = None
             continue
         if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
-            raise DeploymentError(f"{where}: convergence.{k}: a number >= 0")
+            raise DeploymentError(f"{where}: convergence.{k}: a number >= 0",
+                                  ("convergence", k))
         tuning[CONVERGENCE[k]] = int(v) if k == "min_packets" else float(v)
     store_url = doc.get("store")
     if store_url is not None and not isinstance(store_url, str):
-        raise DeploymentError(f"{where}: store: a store URL")
+        raise DeploymentError(f"{where}: store: a store URL", ("store",))
 
     def make_driver(store: Store, log: Callable[[str], None]) -> eng.Driver:
         # the agents and probes use the file's store; the migration's state may be elsewhere
@@ -118,11 +127,24 @@ def parse(doc: Any, where: str = "deployment",
 
 
 def load(path: Path) -> Deployment:
-    """A Deployment from a file."""
+    """A Deployment from a file, read in the strict dialect (intent/strict_yaml.py): a key
+    written twice, or `no`, `010` or `1:30` where a number is wanted, is an error naming the
+    line."""
     try:
-        doc = yaml.safe_load(path.read_text())
+        text = path.read_text()
     except OSError as exc:
         raise DeploymentError(f"{path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise DeploymentError(f"{path}: not YAML: {exc}") from None
-    return parse(doc, str(path))
+    try:
+        doc = strict_yaml.load(text, str(path))
+    except strict_yaml.YamlInputError as exc:
+        raise DeploymentError(str(exc)) from None
+    try:
+        return parse(doc, str(path))
+    except DeploymentError as exc:
+        if exc.loc is None:
+            raise
+        line, note = strict_yaml.where(text, exc.loc)
+        why = str(exc).removeprefix(f"{path}: ")
+        at = f"{path}:{line}" if line else str(path)
+        raise DeploymentError(f"{at}: {why}" + (f" ({note})" if note else ""),
+                              exc.loc) from None

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from crosszone.intent import strict_yaml
 
 DEFAULT_STEPS = (1, 10, 25, 50, 100)
 DEFAULT_DWELL_S = 30.0
@@ -123,22 +123,30 @@ def parse_dwell(text: str) -> float:
 
 
 def load_guards(path: Path | None) -> dict[str, float]:
-    """Guard limits: the defaults, overridden by a YAML/JSON mapping of name to number."""
+    """Guard limits: the defaults, overridden by a YAML/JSON mapping of name to number (read in
+    the strict dialect, intent/strict_yaml.py: `010`, `1:30` or `no` is not a number)."""
     limits = {k: v[0] for k, v in (GUARD_DOCS | CANARY_DOCS).items()}
     if path is None:
         return limits
     try:
-        raw = yaml.safe_load(path.read_text())
+        text = path.read_text()
     except OSError as exc:
         raise PlanError(f"{path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise PlanError(f"{path}: not YAML: {exc}") from None
+    try:
+        raw = strict_yaml.load(text, str(path))
+    except strict_yaml.YamlInputError as exc:
+        raise PlanError(str(exc)) from None
     if not isinstance(raw, dict):
         raise PlanError(f"{path}: a mapping of guard name to limit")
     for name, value in raw.items():
+        if name in limits and not isinstance(value, bool) and isinstance(value, int | float) \
+                and value >= 0:
+            limits[name] = float(value)
+            continue
+        line, note = strict_yaml.where(text, (name,))
+        at = f"{path}:{line}" if line else str(path)
         if name not in limits:
-            raise PlanError(f"{path}: unknown guard {name!r} (known: {', '.join(limits)})")
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise PlanError(f"{path}: {name}: a number >= 0, got {json.dumps(value)}")
-        limits[name] = float(value)
+            raise PlanError(f"{at}: unknown guard {name!r} (known: {', '.join(limits)})")
+        raise PlanError(f"{at}: {name}: a number >= 0, got {json.dumps(value)}"
+                        + (f" ({note})" if note else ""))
     return limits

@@ -23,10 +23,9 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from crosszone.intent.strict_yaml import StrictNumbersLoader
+from crosszone.intent import strict_yaml
 from crosszone.plan.units import PlanInputError, validation_failure
 
 __all__ = [
@@ -165,9 +164,10 @@ _MODEL_TAGS = ("fixed", "xdp-server")
 def load_catalog(text: str, source: str) -> Catalog:
     """Validate catalog YAML text (from `source`, used in messages) into a frozen Catalog."""
     try:
-        raw = yaml.load(text, Loader=StrictNumbersLoader)  # the one strict dialect
-    except yaml.YAMLError as exc:
-        raise PlanInputError(source, "", f"not valid YAML: {exc}") from None
+        raw = strict_yaml.load(text, source)  # the one strict dialect
+    except strict_yaml.YamlInputError as exc:
+        at = f"{source}:{exc.line}" if exc.line else source
+        raise PlanInputError(at, "", exc.problem) from None
     if not isinstance(raw, dict):
         raise PlanInputError(
             source, "", "expected a mapping with 'currency' and a 'platforms' list"

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from crosszone.intent import strict_yaml
 from crosszone.intent.schema import Policy
-from crosszone.intent.strict_yaml import StrictNumbersLoader
 from crosszone.plan.units import (
     PlanInputError,
     parse_bytes,
@@ -284,9 +283,10 @@ def scenario_from_mapping(raw: Any, source: str) -> Scenario:
 def load_scenario(text: str, source: str) -> Scenario:
     """Validate scenario YAML text (from `source`, used in messages) into a Scenario."""
     try:
-        raw = yaml.load(text, Loader=StrictNumbersLoader)  # the one strict dialect
-    except yaml.YAMLError as exc:
-        raise PlanInputError(source, "", f"not valid YAML: {exc}") from None
+        raw = strict_yaml.load(text, source)  # the one strict dialect
+    except strict_yaml.YamlInputError as exc:
+        at = f"{source}:{exc.line}" if exc.line else source
+        raise PlanInputError(at, "", exc.problem) from None
     return scenario_from_mapping(raw, source)
 
 

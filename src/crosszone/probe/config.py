@@ -33,8 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
+from crosszone.intent import strict_yaml
 from crosszone.intent.strict_yaml import StrictLoader
 from crosszone.probe.http_read import CONNECT_S, RESPONSE_S, Expected, Target
 
@@ -222,7 +221,7 @@ def load(path: Path) -> ProbeConfig:
 def loads(text: str, source: str = "<probe config>") -> ProbeConfig:
     """Validate a configuration given as YAML text."""
     try:
-        raw = yaml.load(text, Loader=StrictLoader)
-    except yaml.YAMLError as exc:
-        raise ProbeConfigError(f"{source}: not valid YAML: {exc}") from None
+        raw = strict_yaml.load(text, source, StrictLoader)
+    except strict_yaml.YamlInputError as exc:
+        raise ProbeConfigError(str(exc)) from None
     return parse(raw, source)

@@ -61,9 +61,9 @@ class QueueSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    rate_mbit: int = Field(ge=1, le=100_000)
+    rate_mbit: int = Field(ge=1, le=100_000, strict=True)
     links: tuple[LinkSet, ...] = Field(default=("hosts", "storage"), min_length=1)
-    limit_kbytes: int = Field(default=1024, ge=16, le=1_048_576)  # per class FIFO
+    limit_kbytes: int = Field(default=1024, ge=16, le=1_048_576, strict=True)  # per class FIFO
 
 
 def class_minor(dscp: int) -> int:

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from crosszone.abi.objects import ROOT
+from crosszone.intent import strict_yaml
 from crosszone.intent.schema import Policy
 from crosszone.linux.links import Link
 from crosszone_lab.emulate import kinds
@@ -73,7 +73,7 @@ class _Strict(BaseModel):
 
 class VpcSpec(_Strict):
     name: str = Field(pattern=r"^[a-z][a-z0-9]{0,3}$")  # short: it ends up in interface names
-    vni: int = Field(ge=1, le=16_777_215)
+    vni: int = Field(ge=1, le=16_777_215, strict=True)
     prefix: ipaddress.IPv4Network
     storage_facing: ipaddress.IPv4Network
     # IPv6 inside the VPC (optional): the same 1:1 stateless translation, per family.
@@ -81,8 +81,8 @@ class VpcSpec(_Strict):
     storage_facing6: ipaddress.IPv6Network | None = None
     # Per-tenant fairness: the VPC's rate, a token bucket in the crosszone fast path (the
     # intent's `vpcs[].rate_mbps` / `burst_kib`); none by default.
-    rate_mbps: int | None = Field(default=None, ge=1, le=100_000_000)
-    burst_kib: int | None = Field(default=None, ge=16, le=1 << 22)
+    rate_mbps: int | None = Field(default=None, ge=1, le=100_000_000, strict=True)
+    burst_kib: int | None = Field(default=None, ge=16, le=1 << 22, strict=True)
 
     @model_validator(mode="after")
     def _same_length(self) -> VpcSpec:
@@ -132,12 +132,12 @@ class GatewaysSpec(BaseModel):
 
 
 class StorageSpec(_Strict):
-    nodes: int = Field(default=2, ge=1, le=8)
+    nodes: int = Field(default=2, ge=1, le=8, strict=True)
     subnet: ipaddress.IPv4Network = ipaddress.IPv4Network("172.16.0.0/24")
     subnet6: ipaddress.IPv6Network = ipaddress.IPv6Network("fd10::/64")
-    shards: int = Field(default=8, ge=1, le=1024)
-    shard_size_mib: int = Field(default=64, ge=1, le=65536)
-    checkpoint_max_mib: int = Field(default=64, ge=1, le=4096)
+    shards: int = Field(default=8, ge=1, le=1024, strict=True)
+    shard_size_mib: int = Field(default=64, ge=1, le=65536, strict=True)
+    checkpoint_max_mib: int = Field(default=64, ge=1, le=4096, strict=True)
 
 
 class BfdSpec(_Strict):
@@ -147,8 +147,8 @@ class BfdSpec(_Strict):
     # traffic off a failed gateway in ~25 ms, so BFD need not be fast, and a user-space bfdd on
     # a loaded 2-core box flapped at 30 ms x 5 (every session down at once whenever bfdd's CPU
     # froze for 150 ms) and starved the box at 10 ms x 3: docs/emulate.md, "Failover".
-    interval_ms: int = Field(default=100, ge=10, le=10_000)
-    multiplier: int = Field(default=5, ge=2, le=255)
+    interval_ms: int = Field(default=100, ge=10, le=10_000, strict=True)
+    multiplier: int = Field(default=5, ge=2, le=255, strict=True)
 
 
 class FastRerouteSpec(_Strict):
@@ -156,17 +156,17 @@ class FastRerouteSpec(_Strict):
     `interval_ms`; `multiplier` unanswered in a row take the gateway out of the routers' kernel
     routes before BFD and BGP converge."""
 
-    enabled: bool = True
-    interval_ms: float = Field(default=5.0, ge=1.0, le=1000.0)
-    multiplier: int = Field(default=4, ge=2, le=255)
-    restore_ms: float = Field(default=500.0, ge=0.0, le=60_000.0)
+    enabled: bool = Field(default=True, strict=True)
+    interval_ms: float = Field(default=5.0, ge=1.0, le=1000.0, strict=True)
+    multiplier: int = Field(default=4, ge=2, le=255, strict=True)
+    restore_ms: float = Field(default=500.0, ge=0.0, le=60_000.0, strict=True)
 
 
 class TopologySpec(_Strict):
     """The YAML document."""
 
     name: str = "two-zone"
-    hosts: int = Field(default=4, ge=1, le=32)
+    hosts: int = Field(default=4, ge=1, le=32, strict=True)
     vpcs: tuple[VpcSpec, ...] = Field(min_length=1, max_length=4)
     gateways: GatewaysSpec = Field(default_factory=GatewaysSpec)
     storage: StorageSpec = StorageSpec()
@@ -176,7 +176,7 @@ class TopologySpec(_Strict):
     fast_reroute: FastRerouteSpec = FastRerouteSpec()
     # MTU of the compute-zone links that carry VXLAN; everything inside a VPC and the storage
     # zone gets 50 bytes less (the outer headers), e.g. 9000 -> 8950.
-    underlay_mtu: int = Field(default=UNDERLAY_MTU, ge=1330, le=9000)
+    underlay_mtu: int = Field(default=UNDERLAY_MTU, ge=1330, le=9000, strict=True)
     # Rate-limited priority queues at the bottleneck ports (emulate/queues.py); none by default.
     queues: QueueSpec | None = None
     # The traffic policy of every gateway: the intent's `policy` block for the crosszone
@@ -336,18 +336,23 @@ def _mac(kind: int, a: int, b: int) -> str:
 
 
 def load(path: Path) -> TopologySpec:
-    """Read and validate a topology file; raise TopologyError naming the file and the field."""
+    """Read and validate a topology file; raise TopologyError naming the file, the line and the
+    field. The file is read in the product's strict dialect (intent/strict_yaml.py): a key
+    written twice is an error, and `no`, `010` or `1:30` where a number or a boolean is wanted
+    is refused with what YAML 1.1 would have read."""
     try:
-        raw = yaml.safe_load(path.read_text())
+        text = path.read_text()
     except OSError as exc:
         raise TopologyError(f"{path}: cannot read: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise TopologyError(f"{path}: not valid YAML: {exc}") from exc
-    return parse(raw, source=str(path))
+    try:
+        raw = strict_yaml.load(text, str(path))
+    except strict_yaml.YamlInputError as exc:
+        raise TopologyError(str(exc)) from None
+    return parse(raw, source=str(path), text=text)
 
 
-def parse(raw: object, source: str = "<topology>") -> TopologySpec:
-    """Validate an already-parsed YAML document."""
+def parse(raw: object, source: str = "<topology>", text: str | None = None) -> TopologySpec:
+    """Validate an already-parsed YAML document; with its `text`, each error names its line."""
     if not isinstance(raw, dict):
         raise TopologyError(f"{source}: the document must be a mapping")
     try:
@@ -355,8 +360,11 @@ def parse(raw: object, source: str = "<topology>") -> TopologySpec:
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"]) or "(document)"
-            lines.append(f"{source}: {where}: {err['msg']}")
+            loc = tuple(err["loc"])
+            where = ".".join(str(p) for p in loc) or "(document)"
+            line, note = strict_yaml.where(text, loc) if text is not None else (None, None)
+            at = f"{source}:{line}" if line else source
+            lines.append(f"{at}: {where}: {err['msg']}" + (f" ({note})" if note else ""))
         raise TopologyError("\n".join(lines)) from None
 
 

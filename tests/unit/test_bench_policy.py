@@ -149,6 +149,12 @@ def test_recovery_counts_rtos_and_tail_loss_probes() -> None:
                                               "syn_retrans": 1}
 
 
+def test_softnet_sums_the_cpus_hex_columns() -> None:
+    text = ("0000a000 00000002 0000000f 00000000 00000000\n"
+            "00000100 00000000 00000001 00000000 00000000\n")
+    assert policy.softnet(text) == {"processed": 0xa100, "dropped": 2, "time_squeeze": 16}
+
+
 def _tenant_result() -> runner.WorkloadResult:
     res = runner.WorkloadResult(duration_s=10.0, endpoints=4)
     for name, gb, lat in (("h1-a", 0.3, 50), ("h2-a", 0.3, 70), ("h1-b", 0.1, 5), ("h2-b", 0.1, 6)):

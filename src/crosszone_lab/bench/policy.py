@@ -19,7 +19,8 @@ shaped ports' per-class counters (`queues`: bytes, packets and drops per class, 
 hosts' and the storage nodes' ports), the TCP senders' loss recovery at the endpoints and the
 storage nodes (`tcp`: retransmitted segments, retransmission timeouts, tail-loss probes), what
 the crosszone fast path marked per class (`fastpath_classes`, from the agents' /metrics), the
-load average, and every error with its cause (`error_causes`).
+CPUs' backlog queues (`softnet`: box-wide drops and time squeezes, the queues before any shaped
+port, with no classes), the load average, and every error with its cause (`error_causes`).
 
 `reordered_pct`: reordering the TCP senders detected (TcpExt TCPSACKReorder + TCPTSReorder +
 TCPRenoReorder: events, each a segment that arrived after later ones, not a loss) per 100
@@ -55,6 +56,7 @@ TARGET_BULK_RATIO = 0.95
 # alone, same run), and no error in any round with the policy on.
 TARGET_P99_OVER_FLOOR = 3.0
 LOADERS = 2
+SOFTNET = Path("/proc/net/softnet_stat")
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -181,6 +183,19 @@ def class_delta(before: dict[str, dict[str, int]],
             for c, cnt in after.items()}
 
 
+def softnet(text: str) -> dict[str, int]:
+    """/proc/net/softnet_stat summed over CPUs (box-wide, every namespace): packets processed,
+    dropped because a CPU's backlog queue was full, and times the softirq ran out of budget with
+    work left (time_squeeze): whether packets waited for the CPU, in a queue with no classes."""
+    out = {"processed": 0, "dropped": 0, "time_squeeze": 0}
+    for line in text.splitlines():
+        cols = line.split()
+        if len(cols) >= 3:
+            for k, col in zip(out, cols[:3], strict=True):
+                out[k] += int(col, 16)
+    return out
+
+
 def error_causes(res: runner.WorkloadResult) -> dict[str, int]:
     """Each error of a round named with its cause: the workers' samples (five per worker
     process) without the endpoint, counted; errors beyond the samples are counted as such."""
@@ -256,6 +271,7 @@ def _measure(ex: netns.Executor, p: topology.Plan, console: Console, duration: f
     eps, nodes = [e.ns for e in p.endpoints], [n.ns for n in p.storage_nodes]
     e0, n0 = ns_counters(ex, eps), ns_counters(ex, nodes)
     q0, f0 = queue_counters(ex, p), fastpath_classes(_agents_metrics(p))
+    sn0 = softnet(SOFTNET.read_text())
     c0, t0 = cpu_sample(), time.monotonic()
     res = runner.run(topology.workload_targets(p), duration=duration, loaders=LOADERS,
                      console=console, warmup=warmup, bulk=bulk, small_apart=True)
@@ -263,13 +279,15 @@ def _measure(ex: netns.Executor, p: topology.Plan, console: Console, duration: f
     load1 = float(Path("/proc/loadavg").read_text().split()[0])
     e1, n1 = ns_counters(ex, eps), ns_counters(ex, nodes)
     q1, f1 = queue_counters(ex, p), fastpath_classes(_agents_metrics(p))
+    sn1 = softnet(SOFTNET.read_text())
     segs = sum(c.get("TcpOutSegs", 0) for c in (e1, n1)) - sum(
         c.get("TcpOutSegs", 0) for c in (e0, n0))
     reordered = sum(e1.get(k, 0) + n1.get(k, 0) - e0.get(k, 0) - n0.get(k, 0)
                     for k in REORDER_COUNTERS)
     where = {"load1": load1, "queues": queue_delta(q0, q1),
              "tcp": {"endpoints": recovery(e0, e1), "storage": recovery(n0, n1)},
-             "fastpath_classes": class_delta(f0, f1)}
+             "fastpath_classes": class_delta(f0, f1),
+             "softnet": {k: sn1[k] - sn0[k] for k in sn1}}
     return res, segs, reordered, busy, where
 
 

@@ -514,3 +514,30 @@ def test_a_killed_runner_resumes_without_taking_the_step_off_the_new_gateways(wo
     assert all(o.revision > before["xgw1"].revision for o in writes[-1].values())
     st = e2.run(stop=lambda s: s.state in eng.FINAL or s.state == "shifted")
     assert st.state == "shifted"
+
+
+def test_a_guard_that_fails_while_a_step_waits_for_its_share_ends_the_wait(world: World
+                                                                             ) -> None:
+    # routers that cannot reach the step's share (the wait would last share_timeout_s), and
+    # one new gateway that starts dropping 3 s into the step: the engine reads the guards
+    # during the wait and rolls back at once, not after the timeout
+    drv = _driver(world, share_timeout_s=30.0, poll_s=0.5)
+    e = _engine(world, drv)
+    e.start(Plan(canary=CANARY, steps=(10, 100), dwell_s=2.0, canary_dwell_s=2.0))
+    real_sleep = world.sleep
+    t0: list[float] = []
+
+    def sleep(s: float) -> None:
+        real_sleep(s)
+        if e.state.moving_to == 10:  # the move to the first step is under way
+            t0[:] = t0 or [world.t]
+            if world.t - t0[0] > 3:
+                world.drops["xgw1"] += 5
+    world.ecmp_only = True
+    drv.sleep = sleep
+    st = e.run(stop=lambda s: s.state in eng.FINAL or s.state in ("shifted", "paused"))
+    # (read only after the move, the drops it saw would be the first reading's baseline)
+    assert st.state == "rolled_back" and "drops" in st.reason, st.reason
+    step = next(h for h in st.history if h["event"] == "step")
+    assert step["share_reached"] is False and step["converge_ms"] < 10_000, step
+    assert drv.guard_check is None  # only during a step's move

@@ -257,6 +257,10 @@ class AgentDriver:
     log: Callable[[str], None] = lambda _m: None
     #: called while a move waits (the runner's heartbeat: a long wait is not a dead runner)
     beat: Callable[[], None] = lambda: None
+    #: set by the engine during a step's move: reads the guards, True on a breach; the wait
+    #: for the traffic share then ends at once (every `guard_every_s`)
+    guard_check: Callable[[], bool] | None = None
+    guard_every_s: float = 1.0
     poll_s: float = 0.1
     share_tolerance: float = SHARE_TOLERANCE
     share_window_s: float = SHARE_WINDOW_S
@@ -579,11 +583,17 @@ class AgentDriver:
     def _wait_share(self, plan: Plan, weight: int) -> tuple[float | None, bool]:
         """Until the target's share (percent) of the packets forwarded over the last
         window_s is within the tolerance of `weight`: (the last share read, reached)."""
-        start = self.clock()
+        start = guarded = self.clock()
         window: deque[tuple[float, int, int]] = deque()
         share: float | None = None
         while True:
             now = self.clock()
+            if self.guard_check is not None and now - guarded >= self.guard_every_s:
+                guarded = now
+                if self.guard_check():
+                    self.log(f"step {weight}%: a guard failed while the share was read; "
+                             "the step ends here")
+                    return share, False
             c = self._counts(plan)
             if c is not None and window and (c[0] < window[-1][1] or c[1] < window[-1][2]):
                 window.clear()  # a counter went back (a gateway's fast path re-attached)

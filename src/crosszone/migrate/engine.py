@@ -60,7 +60,7 @@ PENDING_START = "migration/start_pending"
 
 OPS = ("start", "pause", "resume", "rollback", "finish")
 #: Keys of a driver's `last_move` that the history keeps with each weight move.
-MOVE_DETAILS = ("applied_ms", "share", "share_reached")
+MOVE_DETAILS = ("applied_ms", "share", "share_unit", "share_reached")
 #: A runner whose lease was not renewed for this long is taken for dead (kill -9 leaves no
 #: goodbye); its lease may then be taken over.
 RUNNER_TIMEOUT_S = leases.LEASE_TTL_S
@@ -215,6 +215,8 @@ class Engine:
         self.events: list[dict[str, Any]] = []
         self._saved: tuple[str, str, float] | None = None  # body, shape, when
         self._attached = False
+        #: guards that failed while a step's move waited for its traffic share (_watch)
+        self._failed_in_move: list[dict[str, Any]] = []
 
     # ---- persistence -------------------------------------------------------------------------
 
@@ -360,8 +362,18 @@ class Engine:
         s = self.state
         s.moving_to = weight
         self._save()
-        with self.lease.keep():
-            ms = self.driver.set_weight(s.the_plan, weight)
+        # a step's move may wait long for its traffic share (agent_driver): a driver that
+        # takes a `guard_check` reads the guards meanwhile and ends the wait on a breach,
+        # which is then handled at once instead of after the wait
+        watch = event == "step" and hasattr(self.driver, "guard_check")
+        if watch:
+            self.driver.guard_check = self._watch(s.the_plan)  # type: ignore[attr-defined]
+        try:
+            with self.lease.keep():
+                ms = self.driver.set_weight(s.the_plan, weight)
+        finally:
+            if watch:
+                self.driver.guard_check = None  # type: ignore[attr-defined]
         s.weight_new, s.moving_to = weight, None
         if step is not None:
             s.step = step
@@ -372,6 +384,20 @@ class Engine:
         details = getattr(self.driver, "last_move", None) or {}
         extra = {k: details[k] for k in MOVE_DETAILS if k in details}
         self._record(event, reason, converge_ms=round(ms, 1), **extra)
+        failed, self._failed_in_move = self._failed_in_move, []
+        if failed:
+            self._breach(failed)
+
+    def _watch(self, plan: Plan) -> Callable[[], bool]:
+        """A guard reading for the driver to take while a step's move waits: True (and the
+        failed guards kept for _set_weight) on a breach."""
+        def breached() -> bool:
+            rows = _guard_rows(self.driver.observe(plan), plan.limits, GUARD_DOCS)
+            failed = [g for g in rows if not g["ok"]]
+            if failed:
+                self.state.guards, self._failed_in_move = rows, failed
+            return bool(failed)
+        return breached
 
     def _rollback_all(self, reason: str) -> None:
         s = self.state

@@ -541,3 +541,25 @@ def test_a_guard_that_fails_while_a_step_waits_for_its_share_ends_the_wait(world
     step = next(h for h in st.history if h["event"] == "step")
     assert step["share_reached"] is False and step["converge_ms"] < 10_000, step
     assert drv.guard_check is None  # only during a step's move
+
+
+def test_parity_reads_a_session_down_again_before_refusing(world: World) -> None:
+    # an agent's last reading still says down right after the sessions came up: read again
+    drv = _driver(world)
+    world.bgp_down.add("xgw1")
+    t0 = world.t
+    real_sleep = world.sleep
+
+    def sleep(s: float) -> None:
+        real_sleep(s)
+        if world.t - t0 > 3:
+            world.bgp_down.discard("xgw1")  # the agent's next reading sees it up
+    drv.sleep = sleep
+    assert drv.parity(PLAN) == [] and 3 < world.t - t0 < drv.session_settle_s
+    # down for good: refused once the settle time is over, naming the session
+    drv.sleep = real_sleep
+    world.bgp_down.add("xgw2")
+    t0 = world.t
+    problems = drv.parity(PLAN)
+    assert problems == ["xgw2: BGP session with 10.9.0.1 is not Established"]
+    assert world.t - t0 >= drv.session_settle_s

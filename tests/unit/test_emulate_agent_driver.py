@@ -2,25 +2,30 @@
 
 What the routers' kernels must hold after a move (the independent measure beside the
 product's converge_ms), whether the emulated agents own their routing (which driver the
-emulator offers), the emulator's probe rounds as the product's Probes, and a move that times
-the kernels beside the product's convergence.
+emulator offers), the product's probes as the emulator runs them, and a move that times the
+kernels beside the product's convergence.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from crosszone.linux import pids
 from crosszone.migrate.plan import Plan
+from crosszone.probe import config as probe_config
 from crosszone.store.sqlite_store import SqliteStore
 from crosszone.store.store import STATUS
-from crosszone_lab.emulate import frr, migration, topology
+from crosszone_lab.emulate import control_plane, frr, probes, storage, topology
 from crosszone_lab.emulate.migration import (
     EmulatedAgentDriver,
-    EmulatorProbes,
     EmulatorView,
     agents_manage_routing,
     kernel_expectation,
@@ -65,22 +70,52 @@ def test_the_emulator_offers_the_product_driver_only_when_every_agent_owns_routi
     assert agents_manage_routing(emu.dep, store)
 
 
-def test_emulator_probes_are_the_products_probe_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
-    emu = _emu()
-    canary = emu.dep.plan.spec.vpcs[-1].name
-    seen: list[int] = []
+def test_the_probes_configurations_are_the_products_and_read_the_served_document() -> None:
+    p = _emu().dep.plan
+    canary = p.spec.vpcs[-1].name
+    eps = probes.endpoints(p, canary)
+    assert eps["canary"].vpc.name == canary and eps["production"].vpc.name != canary
+    assert set(probes.endpoints(p, None)) == {"production"}  # no canary, no canary probe
+    for role, ep in eps.items():
+        cfg = probe_config.parse(probes.probe_config(p, role, ep))  # what the daemon reads
+        assert cfg.role == role and cfg.name == probes.probe_name(role)
+        node = p.storage_nodes[0]
+        doc = storage.meta_document(p, node, 0).encode()
+        t = next(t for t in cfg.targets if t.server == node.addr)
+        assert (t.expect.size, t.expect.sha256) == (len(doc), hashlib.sha256(doc).hexdigest())
+        assert len(cfg.targets) == len(p.storage_nodes) * (2 if ep.addr6 else 1)
 
-    def fake_round(targets: list[Any]) -> list[Any]:
-        seen.append(len(targets))
-        return [type("O", (), {"ok": i != 0, "ms": 10.0 + i, "error": "x"})()
-                for i in range(len(targets))]
-    monkeypatch.setattr(migration.probe, "run_round", fake_round)
-    monkeypatch.setattr(migration.probe, "p99_ms", lambda outs: max(o.ms for o in outs))
-    probes = EmulatorProbes(emu, lambda: canary)
-    r = probes.read("canary")
-    assert r is not None and r.reads == seen[-1] > 0 and r.errors == 1
-    assert probes.read("production") is not None
-    assert EmulatorProbes(emu, lambda: None).read("canary") is None
+
+def test_ensure_starts_each_role_once_and_waits_for_its_first_report(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = _emu().dep.plan
+    db = SqliteStore(str(tmp_path / "s.db"))
+    monkeypatch.setattr(control_plane, "CONTROL_DIR", tmp_path)
+    started: list[list[str]] = []
+    real_popen = subprocess.Popen
+
+    def popen(argv: list[str], **kw: Any) -> Any:
+        started.append(argv)
+        cfg = yaml.safe_load(Path(argv[argv.index("--config") + 1]).read_text())
+        # the daemon's first report, as `crosszone probe` writes it
+        db.put("probe/" + cfg["name"], json.dumps({"role": cfg["role"],
+                                                    "updated": time.time() + 0.5}).encode())
+        return real_popen(["sleep", "30"], start_new_session=True)
+    monkeypatch.setattr(probes.subprocess, "Popen", popen)
+    try:
+        canary = p.spec.vpcs[-1].name
+        assert probes.ensure(p, db, canary) == ["canary", "production"]
+        assert all(a[:2] == ["ip", "netns"] and "probe" in a for a in started)
+        assert probes.ensure(p, db, canary) == []  # running with the same configuration: kept
+        # another canary: the canary probe moves to that VPC
+        assert "canary" in probes.ensure(p, db, p.spec.vpcs[0].name)
+        last = next(a for a in reversed(started) if str(probes.config_file("canary")) in a)
+        assert last[last.index("exec") + 1] == probes.endpoints(p, p.spec.vpcs[0].name)[
+            "canary"].ns
+    finally:
+        for role in probes.ROLES:
+            probes.stop(role)
+    assert not any(pids.pidfile_alive(probes.pidfile(r)) for r in probes.ROLES)
 
 
 def test_a_move_times_the_routers_kernels_beside_the_products_convergence(

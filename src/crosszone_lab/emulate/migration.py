@@ -8,8 +8,9 @@ emulator has (`EmulatedAgentDriver`):
 
 - the routers' kernels, read over netlink (`fib_watch`), timed beside every move as an
   independent measure (`kernel_ms`, next to the product's own `converge_ms`);
-- its own probe rounds from its endpoints' namespaces standing in for `crosszone probe`
-  (`EmulatorProbes`);
+- the product's probes (`crosszone probe`) run in its hosts' namespaces, with the canary VPC
+  of the migration at hand (`emulate/probes.py`: started at parity and when a runner
+  attaches);
 - the routers' standby of the crosszone gateways, lifted once the gateways are on standby by
   routing object (`take_crosszone_in`), and the deployment state's active kind.
 """
@@ -25,9 +26,10 @@ from typing import Any
 
 from crosszone.fastpath.bpf_map import BpfMap
 from crosszone.fastpath.maps_io import GatewayMaps
-from crosszone.migrate.agent_driver import AgentDriver, LegacySide, ProbeRound, standby
-from crosszone.migrate.engine import read_state
+from crosszone.migrate.agent_driver import AgentDriver, LegacySide, standby
+from crosszone.migrate.engine import ACTIVE, read_state
 from crosszone.migrate.plan import Plan
+from crosszone.migrate.probe_verdicts import StoreProbes
 from crosszone.store.store import STATUS, Store, open_store
 from crosszone_lab.emulate import (
     control_plane,
@@ -35,18 +37,17 @@ from crosszone_lab.emulate import (
     kinds,
     legacy_adapter_commands,
     legacy_gateway,
-    storage,
+    probes,
 )
 from crosszone_lab.emulate import state as st
 from crosszone_lab.emulate.deploy import Deployment
 from crosszone_lab.emulate.fib_watch import RouterFib, share
-from crosszone_lab.emulate.topology import Endpoint, Gateway
-from crosszone_lab.workload import probe
+from crosszone_lab.emulate.kinds import DeployError
+from crosszone_lab.emulate.topology import Gateway
 
 #: Share (percentage points) by which a router's kernel weights may differ from the step's:
 #: FRR rounds each next hop's weight to an integer percent of the total.
 SHARE_TOLERANCE = 2.5
-PROBE_PATH = "/meta/shard-00000.json"
 
 
 class MigrationDriverError(RuntimeError):
@@ -55,9 +56,8 @@ class MigrationDriverError(RuntimeError):
 
 @dataclass
 class EmulatorView:
-    """What only the emulator can read during a migration: both routers' kernels (netlink),
-    its endpoints and storage nodes (the probe rounds). It moves nothing: the product's driver
-    does (EmulatedAgentDriver, below)."""
+    """What only the emulator can read during a migration: both routers' kernels (netlink).
+    It moves nothing: the product's driver does (EmulatedAgentDriver, below)."""
 
     dep: Deployment
     clock: Callable[[], float] = time.monotonic
@@ -97,23 +97,6 @@ class EmulatorView:
         if vpc.storage_facing6 is not None:
             out += [str(vpc.storage_facing6)] + [
                 str(h) for h in vpc.storage_facing6.subnets(prefixlen_diff=1)]
-        return out
-
-    def endpoints(self, plan: Plan, canary: bool) -> list[Endpoint]:
-        """The canary VPC's endpoints (canary=True) or every production endpoint."""
-        return [e for e in self.dep.plan.endpoints if (e.vpc.name == plan.canary) == canary]
-
-    def targets(self, eps: list[Endpoint]) -> list[probe.Target]:
-        """One read per (endpoint, storage node, family) of a known metadata document."""
-        p = self.dep.plan
-        dscp = p.spec.priority_dscp  # the queues' first class, where the topology has queues
-        out = []
-        for ep in eps:
-            for node in p.storage_nodes:
-                expect = storage.meta_document(p, node, 0).encode()
-                out.append(probe.Target(ep.ns, node.addr, PROBE_PATH, expect, dscp=dscp))
-                if ep.addr6 and node.addr6:
-                    out.append(probe.Target(ep.ns, node.addr6, PROBE_PATH, expect, dscp=dscp))
         return out
 
     # ---- the routers' kernels -----------------------------------------------------------------
@@ -184,31 +167,6 @@ def forwarded_packets(dep: Deployment, gw: Gateway) -> int:
 # ---- the product's driver on the emulator --------------------------------------------------
 
 
-@dataclass
-class EmulatorProbes:
-    """agent_driver.Probes from the emulator's own reads: the canary VPC's endpoints (role
-    canary) or every other endpoint (production), each to every storage node, both families."""
-
-    emu: EmulatorView
-    canary: Callable[[], str | None]
-    log: Callable[[str], None] = lambda _m: None
-
-    def read(self, role: str) -> ProbeRound | None:
-        """One round of `role`'s reads now (None: the role has no endpoint)."""
-        canary = self.canary()
-        plan = Plan(canary=canary)
-        if role == "canary" and canary is None:
-            return None
-        eps = self.emu.endpoints(plan, canary=role == "canary")
-        if not eps:
-            return None
-        outcomes = probe.run_round(self.emu.targets(eps))
-        for o in outcomes:
-            if not o.ok:
-                self.log(f"{role} probe failed after {o.ms:.0f} ms: {o.error}")
-        return ProbeRound(len(outcomes), sum(not o.ok for o in outcomes), probe.p99_ms(outcomes))
-
-
 def kernel_expectation(emu: EmulatorView, plan: Plan, weight_new: int, canary_on: bool
                        ) -> tuple[dict[str, tuple[set[str], float | None]], set[str]]:
     """What the routers' kernels hold once a move to `weight_new` converged: prefix -> (next
@@ -237,6 +195,18 @@ class EmulatedAgentDriver(AgentDriver):
     #: "share_reached", "kernel_ms"} (bench migrate's step lines)
     moves: list[dict[str, Any]] = field(default_factory=list)
     kernel_timeout_s: float = 30.0
+
+    def parity(self, plan: Plan) -> list[str]:
+        """The probes for this plan's canary running (emulate/probes.py), then the product's
+        parity."""
+        assert self.emu is not None
+        try:
+            started = probes.ensure(self.emu.dep.plan, self.store, plan.canary)
+        except DeployError as exc:
+            return [f"probes: {exc}"]
+        if started:
+            self.log(f"probes started: {', '.join(started)}")
+        return super().parity(plan)
 
     def set_weight(self, plan: Plan, weight_new: int) -> float:
         """The product's move, and meanwhile the time until both routers' kernels hold its
@@ -342,15 +312,15 @@ def emulated_agent_driver(dep: Deployment, store: Store, log: Callable[[str], No
     xgws = [g.name for g in dep.plan.gateways if kinds.get(g.kind).attaches]
     lgws = [g.name for g in dep.plan.gateways if not kinds.get(g.kind).attaches]
 
-    def canary() -> str | None:
-        state = read_state(store)
-        return state.the_plan.canary if state.plan else None
-    # the agents read their routing objects from the emulation's controller store; the
-    # migration's state may be kept elsewhere (`--store`)
+    # the agents read their routing objects, and the probes write their verdicts, in the
+    # emulation's controller store; the migration's state may be kept elsewhere (`--store`)
     agents_store = open_store(control_plane.store_url())
     driver = EmulatedAgentDriver(agents_store, legacy_adapter(), lgws, xgws,
-                                 EmulatorProbes(emu, canary, log), log=log, emu=emu,
+                                 StoreProbes(agents_store), log=log, emu=emu,
                                  state_store=store, intent_vpc=intent_vpc_name)
+    migration = read_state(store)
+    if migration.plan and not migration.error and migration.state in ACTIVE:  # attaching
+        probes.ensure(dep.plan, agents_store, migration.the_plan.canary)
     state = st.load()
     if state is not None and state.active == legacy_gateway.KIND.name:
         take_crosszone_in(dep, agents_store, driver)

@@ -298,7 +298,9 @@ def _wait_state(db: SqliteStore, done: Callable[[eng.State], bool],
         if done(st):
             return st
         time.sleep(0.1)
-    raise AssertionError(f"migration stuck in {eng.read_state(db).state}")
+    st = eng.read_state(db)
+    raise AssertionError(f"migration stuck in {st.state}: {st.reason}; "
+                         f"{[(h['event'], h.get('reason')) for h in st.history[-6:]]}")
 
 
 def test_killed_agent_mid_step_holds_the_step_until_it_is_back(dep: deploy.Deployment,

@@ -220,7 +220,7 @@ struct cz_flow_set {
 struct cz_flow_id {
 	__u64 w0, s0, s1, d0, d1;
 	__u32 ports;
-	__u32 reserved;
+	__u32 vpc_id;           /* again, as policy_stats' key in map memory: no stack slot */
 };
 
 /* trace[0] (per CPU, only with CZ_CFG_TRACE): the last packet's verdict, for `fastpath run`. */

@@ -153,11 +153,10 @@ static __noinline void cz_reply4(struct xdp_md *ctx, const struct cz_config *cfg
 		CZ_DROP(v, CZ_R_DROP_HOST_UNKNOWN);
 
 	__u32 h = cz_flow_hash4(ip->saddr, ip->daddr, l4.ports, ip->protocol);
-	struct cz_mark m = { 0 };
+	struct cz_mark m = { .bare = l4.bare };
 	if ((cfg->flags & (CZ_CFG_POLICY | CZ_CFG_RATES)) &&
 	    cz_policy(v, cfg, cz_rated_vpc(cfg, sf), CZ_DIR_TO_COMPUTE, cz_flow_id4(sf->vpc_id,
-		      CZ_DIR_TO_COMPUTE, ip->protocol, ip->saddr, ip->daddr, l4.ports), h, tot, l4.bare,
-		      &m))
+		      CZ_DIR_TO_COMPUTE, ip->protocol, ip->saddr, ip->daddr, l4.ports), h, tot, &m))
 		return;
 	if (m.on)
 		cz_mark4(ip, m.dscp);
@@ -223,11 +222,11 @@ static __noinline void cz_reply6(struct xdp_md *ctx, const struct cz_config *cfg
 		CZ_DROP(v, CZ_R_DROP_HOST_UNKNOWN);
 
 	__u32 h = cz_flow_hash6(src, from, l4.ports, ip6->nexthdr);
-	struct cz_mark mk = { 0 };
+	struct cz_mark mk = { .bare = l4.bare };
 	if ((cfg->flags & (CZ_CFG_POLICY | CZ_CFG_RATES)) &&
 	    cz_policy(v, cfg, cz_rated_vpc(cfg, sf), CZ_DIR_TO_COMPUTE, cz_flow_id6(sf->vpc_id,
 		      CZ_DIR_TO_COMPUTE, ip6->nexthdr, src, from, l4.ports), h, plen + sizeof(*ip6),
-		      l4.bare, &mk))
+		      &mk))
 		return;
 	if (mk.on)
 		cz_mark6(ip6, mk.dscp);

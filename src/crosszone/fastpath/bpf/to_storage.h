@@ -102,10 +102,10 @@ static __always_inline void cz_inner4(struct xdp_md *ctx, const struct cz_config
 		return;
 
 	__u32 h = cz_flow_hash4(ip->saddr, ip->daddr, l4.ports, ip->protocol);
-	struct cz_mark m = { 0 };
+	struct cz_mark m = { .bare = l4.bare };
 	if ((v->cfg_flags & (CZ_CFG_POLICY | CZ_CFG_RATES)) &&
 	    cz_policy(v, cfg, vpc, CZ_DIR_TO_STORAGE, cz_flow_id4(vpc->vpc_id, CZ_DIR_TO_STORAGE,
-		      ip->protocol, ip->saddr, ip->daddr, l4.ports), h, tot, l4.bare, &m))
+		      ip->protocol, ip->saddr, ip->daddr, l4.ports), h, tot, &m))
 		return;
 	struct cz_egress eg;
 	if (cz_ecmp_pick(r.group, h + m.salt * CZ_FLOWLET_MIX, &eg))
@@ -181,12 +181,12 @@ static __noinline void cz_inner6(struct xdp_md *ctx, const struct cz_vpc *vpc, _
 		return;
 
 	__u32 h = cz_flow_hash6(src, dst, l4.ports, ip6->nexthdr);
-	struct cz_mark m = { 0 };
+	struct cz_mark m = { .bare = l4.bare };
 	/* The config is looked up again: this stage's five arguments are taken. */
 	if ((v->cfg_flags & (CZ_CFG_POLICY | CZ_CFG_RATES)) &&
 	    cz_policy(v, CZ_RECORD(config, 0), vpc, CZ_DIR_TO_STORAGE, cz_flow_id6(vpc->vpc_id,
 		      CZ_DIR_TO_STORAGE, ip6->nexthdr, src, dst, l4.ports), h, plen + sizeof(*ip6),
-		      l4.bare, &m))
+		      &m))
 		return;
 	struct cz_egress eg;
 	if (cz_ecmp_pick(r.group, h + m.salt * CZ_FLOWLET_MIX, &eg))

@@ -74,11 +74,15 @@ def test_the_probes_configurations_are_the_products_and_read_the_served_document
     p = _emu().dep.plan
     canary = p.spec.vpcs[-1].name
     eps = probes.endpoints(p, canary)
-    assert eps["canary"].vpc.name == canary and eps["production"].vpc.name != canary
-    assert set(probes.endpoints(p, None)) == {"production"}  # no canary, no canary probe
-    for role, ep in eps.items():
+    # a probe in every VPC, the canary's with role canary: a fault in one VPC is seen
+    assert set(eps) == {v.name for v in p.spec.vpcs}
+    assert {vpc: role for vpc, (role, _) in eps.items()} == {
+        v.name: "canary" if v.name == canary else "production" for v in p.spec.vpcs}
+    assert {role for role, _ in probes.endpoints(p, None).values()} == {"production"}
+    for vpc, (role, ep) in eps.items():
+        assert ep.vpc.name == vpc
         cfg = probe_config.parse(probes.probe_config(p, role, ep))  # what the daemon reads
-        assert cfg.role == role and cfg.name == probes.probe_name(role)
+        assert cfg.role == role and cfg.name == probes.probe_name(vpc)
         node = p.storage_nodes[0]
         doc = storage.meta_document(p, node, 0).encode()
         t = next(t for t in cfg.targets if t.server == node.addr)
@@ -86,9 +90,10 @@ def test_the_probes_configurations_are_the_products_and_read_the_served_document
         assert len(cfg.targets) == len(p.storage_nodes) * (2 if ep.addr6 else 1)
 
 
-def test_ensure_starts_each_role_once_and_waits_for_its_first_report(
+def test_ensure_starts_each_probe_once_and_waits_for_its_first_report(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     p = _emu().dep.plan
+    vpcs = sorted(v.name for v in p.spec.vpcs)
     db = SqliteStore(str(tmp_path / "s.db"))
     monkeypatch.setattr(control_plane, "CONTROL_DIR", tmp_path)
     started: list[list[str]] = []
@@ -104,18 +109,18 @@ def test_ensure_starts_each_role_once_and_waits_for_its_first_report(
     monkeypatch.setattr(probes.subprocess, "Popen", popen)
     try:
         canary = p.spec.vpcs[-1].name
-        assert probes.ensure(p, db, canary) == ["canary", "production"]
+        assert probes.ensure(p, db, canary) == vpcs
         assert all(a[:2] == ["ip", "netns"] and "probe" in a for a in started)
         assert probes.ensure(p, db, canary) == []  # running with the same configuration: kept
-        # another canary: the canary probe moves to that VPC
-        assert "canary" in probes.ensure(p, db, p.spec.vpcs[0].name)
-        last = next(a for a in reversed(started) if str(probes.config_file("canary")) in a)
-        assert last[last.index("exec") + 1] == probes.endpoints(p, p.spec.vpcs[0].name)[
-            "canary"].ns
+        # another canary: the two VPCs whose role changes get their probe started again
+        other = p.spec.vpcs[0].name
+        assert probes.ensure(p, db, other) == sorted([canary, other])
+        assert "role: canary" in probes.config_file(other).read_text()
+        assert "role: production" in probes.config_file(canary).read_text()
     finally:
-        for role in probes.ROLES:
-            probes.stop(role)
-    assert not any(pids.pidfile_alive(probes.pidfile(r)) for r in probes.ROLES)
+        for vpc in vpcs:
+            probes.stop(vpc)
+    assert not any(pids.pidfile_alive(probes.pidfile(v)) for v in vpcs)
 
 
 def test_a_move_times_the_routers_kernels_beside_the_products_convergence(

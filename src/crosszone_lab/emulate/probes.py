@@ -2,10 +2,11 @@
 
 A migration's guards read the probes' verdicts from the store (migrate/probe_verdicts.py), as
 on real gateways. Here the daemons run in the emulated hosts' namespaces: one in the first
-endpoint of the canary VPC (role `canary`) and one in the first endpoint of another VPC (role
-`production`). Each reads, every second, the known metadata document of every storage node
-over IPv4 and IPv6 (its size and SHA-256 are computed from the document the storage node
-serves, `storage.meta_document`), and reports to the emulation's controller store.
+endpoint of the canary VPC (role `canary`) and one in the first endpoint of every other VPC
+(role `production`: a fault that hits one VPC only is seen). Each reads, every second, the
+known metadata document of every storage node over IPv4 and IPv6 (its size and SHA-256 are
+computed from the document the storage node serves, `storage.meta_document`), and reports to
+the emulation's controller store.
 
 Which VPC is the canary is known only when a migration starts, so `ensure` is called with it
 (by the emulator's driver, at parity and when a runner attaches): daemons whose configuration
@@ -37,33 +38,32 @@ from crosszone_lab.emulate.topology import Endpoint, Plan
 
 #: The document each probe reads from every storage node (one of the storage nodes' own).
 PROBE_PATH = "/meta/shard-00000.json"
-ROLES = ("canary", "production")
 #: How long `ensure` waits for a started probe's first report.
 START_TIMEOUT_S = 30.0
 
 
-def probe_name(role: str) -> str:
-    """The probe's name (its store key is probe/<name>)."""
-    return f"emulate-{role}"
+def probe_name(vpc: str) -> str:
+    """The name of the probe in VPC `vpc` (its store key is probe/<name>)."""
+    return f"emulate-{vpc}"
 
 
-def config_file(role: str) -> Path:
-    """Where the probe of `role` keeps its configuration."""
-    return control_plane.CONTROL_DIR / f"probe-{role}.yaml"
+def config_file(vpc: str) -> Path:
+    """Where the probe in VPC `vpc` keeps its configuration."""
+    return control_plane.CONTROL_DIR / f"probe-{vpc}.yaml"
 
 
-def pidfile(role: str) -> Path:
-    """The pidfile of the probe of `role`."""
-    return control_plane.CONTROL_DIR / f"probe-{role}.pid"
+def pidfile(vpc: str) -> Path:
+    """The pidfile of the probe in VPC `vpc`."""
+    return control_plane.CONTROL_DIR / f"probe-{vpc}.pid"
 
 
-def endpoints(p: Plan, canary: str | None) -> dict[str, Endpoint]:
-    """role -> the endpoint its probe runs in: the first of the canary VPC, the first of
-    another VPC (no canary role without a canary)."""
-    out: dict[str, Endpoint] = {}
+def endpoints(p: Plan, canary: str | None) -> dict[str, tuple[str, Endpoint]]:
+    """VPC -> (role, the endpoint its probe runs in): the first endpoint of each VPC, the
+    canary VPC's with role canary."""
+    out: dict[str, tuple[str, Endpoint]] = {}
     for ep in p.endpoints:
-        role = "canary" if ep.vpc.name == canary else "production"
-        out.setdefault(role, ep)
+        if ep.vpc.name not in out:
+            out[ep.vpc.name] = ("canary" if ep.vpc.name == canary else "production", ep)
     return out
 
 
@@ -75,15 +75,15 @@ def probe_config(p: Plan, role: str, ep: Endpoint) -> dict[str, Any]:
         addresses = [node.addr] + ([node.addr6] if ep.addr6 and node.addr6 else [])
         targets.append({"name": node.name, "addresses": addresses, "path": PROBE_PATH,
                         "size": len(doc), "sha256": hashlib.sha256(doc).hexdigest()})
-    cfg: dict[str, Any] = {"name": probe_name(role), "role": role, "interval_s": 1,
+    cfg: dict[str, Any] = {"name": probe_name(ep.vpc.name), "role": role, "interval_s": 1,
                            "targets": targets}
     if p.spec.priority_dscp:
         cfg["dscp"] = p.spec.priority_dscp  # the queues' first class, as the UDP probe's
     return cfg
 
 
-def _report(st: Store, role: str) -> dict[str, Any] | None:
-    raw = st.get(PROBE + probe_name(role))
+def _report(st: Store, vpc: str) -> dict[str, Any] | None:
+    raw = st.get(PROBE + probe_name(vpc))
     try:
         doc = json.loads(raw) if raw is not None else None
     except ValueError:
@@ -91,57 +91,52 @@ def _report(st: Store, role: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def stop(role: str) -> None:
-    """Stop the probe of `role` (SIGTERM: it finishes its round and reports `stopped`)."""
-    pid = pids.read_pid(pidfile(role))
-    if pid is not None and pids.pidfile_alive(pidfile(role)):
+def stop(vpc: str) -> None:
+    """Stop the probe in VPC `vpc` (SIGTERM: it finishes its round and reports `stopped`)."""
+    pid = pids.read_pid(pidfile(vpc))
+    if pid is not None and pids.pidfile_alive(pidfile(vpc)):
         os.kill(pid, signal.SIGTERM)
         for _ in range(100):
-            if not pids.pidfile_alive(pidfile(role)):
+            if not pids.pidfile_alive(pidfile(vpc)):
                 break
             time.sleep(0.1)
         else:
             os.kill(pid, signal.SIGKILL)
-    pidfile(role).unlink(missing_ok=True)
+    pidfile(vpc).unlink(missing_ok=True)
 
 
 def ensure(p: Plan, st: Store, canary: str | None) -> list[str]:
-    """Run the probes a migration with canary VPC `canary` reads (module doc); the roles
-    (re)started. DeployError when a started probe does not report in START_TIMEOUT_S."""
-    wanted = endpoints(p, canary)
+    """Run the probes a migration with canary VPC `canary` reads (module doc); the VPCs whose
+    probe was (re)started. DeployError when one does not report in START_TIMEOUT_S."""
     started: dict[str, float] = {}
-    for role in ROLES:
-        ep = wanted.get(role)
-        if ep is None:
-            stop(role)
-            continue
+    for vpc, (role, ep) in endpoints(p, canary).items():
         # the namespace too: every VPC's endpoints may have the same addresses
         text = f"# runs in {ep.ns}\n" + yaml.safe_dump(probe_config(p, role, ep), sort_keys=True)
-        cfg = config_file(role)
-        if pids.pidfile_alive(pidfile(role)) and cfg.exists() and cfg.read_text() == text:
+        cfg = config_file(vpc)
+        if pids.pidfile_alive(pidfile(vpc)) and cfg.exists() and cfg.read_text() == text:
             continue
-        stop(role)
+        stop(vpc)
         control_plane.CONTROL_DIR.mkdir(parents=True, exist_ok=True)
         cfg.write_text(text)
-        started[role] = time.time()
-        with open(control_plane.log_file(f"probe-{role}"), "ab") as log:
+        started[vpc] = time.time()
+        with open(control_plane.log_file(f"probe-{vpc}"), "ab") as log:
             proc = subprocess.Popen(
                 ["ip", "netns", "exec", ep.ns, control_plane.crosszone_bin(), "probe",
                  "--config", str(cfg), "--store", control_plane.store_url()],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-        pidfile(role).write_text(f"{proc.pid}\n")
+        pidfile(vpc).write_text(f"{proc.pid}\n")
     deadline = time.monotonic() + START_TIMEOUT_S
-    for role, t0 in started.items():
+    for vpc, t0 in started.items():
         while True:
-            doc = _report(st, role)
+            doc = _report(st, vpc)
             if doc is not None and not doc.get("stopped") and \
                     float(doc.get("updated", 0)) >= t0:
                 break
-            if not pids.pidfile_alive(pidfile(role)):
-                raise DeployError(f"the {role} probe died: see "
-                                  f"{control_plane.log_file(f'probe-{role}')}")
+            if not pids.pidfile_alive(pidfile(vpc)):
+                raise DeployError(f"the probe in VPC {vpc} died: see "
+                                  f"{control_plane.log_file(f'probe-{vpc}')}")
             if time.monotonic() > deadline:
-                raise DeployError(f"the {role} probe did not report within "
+                raise DeployError(f"the probe in VPC {vpc} did not report within "
                                   f"{START_TIMEOUT_S:g} s")
             time.sleep(0.1)
     return sorted(started)

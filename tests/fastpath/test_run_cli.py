@@ -8,11 +8,13 @@ import pytest
 from scapy.utils import rdpcap
 from typer.testing import CliRunner
 
-from crosszone import cli  # noqa: F401  (registers the lab's `run` on the fastpath group)
+from crosszone import cli
 from crosszone.fastpath.commands import fastpath_app
 from crosszone_lab.sample_traffic import sample_frames, write_pcap
 
 from packet_fixtures import EXAMPLE
+
+assert cli.app  # reading it registers the lab's `run` on the fastpath group
 
 runner = CliRunner()
 

@@ -28,7 +28,7 @@ def test_an_environment_problem_is_one_line_and_exit_2(monkeypatch, capsys, exc,
     def boom() -> None:
         raise exc
 
-    monkeypatch.setattr(cli, "app", boom)
+    monkeypatch.setattr(cli, "command", lambda _args: boom)
     with pytest.raises(SystemExit) as e:
         cli.main()
     assert e.value.code == 2
@@ -40,7 +40,7 @@ def test_a_crosszone_failure_keeps_its_traceback(monkeypatch):
     def boom() -> None:
         raise ValueError("a bug")
 
-    monkeypatch.setattr(cli, "app", boom)
+    monkeypatch.setattr(cli, "command", lambda _args: boom)
     with pytest.raises(ValueError, match="a bug"):
         cli.main()
 
@@ -101,3 +101,23 @@ def test_run_part_reports_in_one_line() -> None:
     console = Console(record=True, width=300)
     assert demo_mod.run_part(console, "9", _refused) is None
     assert console.export_text().count("\n") == 1
+
+
+@pytest.mark.parametrize("args, lab", [
+    (["probe", "--config", "x.yaml"], False), (["agent", "--gateway", "gw-a"], False),
+    (["controller"], False), (["emulate", "up"], True), (["bench", "migrate"], True),
+    (["migrate", "status"], True), (["plan", "--demand", "2Tbps"], True), (["--help"], True),
+    ([], True),
+])
+def test_a_product_daemon_starts_without_importing_the_lab(args, lab):
+    """`crosszone probe`, `agent` and `controller` never import the lab (matplotlib, scapy: about
+    1 s of CPU at every start); a command line that may need it gets it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from crosszone import cli; cli.command(sys.argv[1:]); "
+            "print(any(m.startswith('crosszone_lab') for m in sys.modules), "
+            "'matplotlib' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == [str(lab), str(lab)], (args, out)

@@ -95,7 +95,7 @@ def _top_level_names(t: typer.Typer) -> set[str]:
     names = {c.name or (c.callback.__name__.lower().replace("_", "-") if c.callback else "")
              for c in t.registered_commands}
     for g in t.registered_groups:
-        name = g.name or g.typer_instance.info.name
+        name = g.name or (g.typer_instance.info.name if g.typer_instance else None)
         names.add(name if isinstance(name, str) else "")
     return names - {""}
 

@@ -19,6 +19,7 @@ from crosszone_lab.emulate import deploy, topology
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "examples" / "emulate-small.yaml"
+MIGRATE = ROOT / "examples" / "migrate.yaml"
 
 
 def _skip_unless_root() -> None:
@@ -32,4 +33,14 @@ def deployment() -> Iterator[deploy.Deployment]:
     _skip_unless_root()
     spec = topology.load(SMALL)
     with deployed(spec, SMALL) as d:
+        yield d
+
+
+@pytest.fixture(scope="module")
+def migrate_deployment() -> Iterator[deploy.Deployment]:
+    """examples/migrate.yaml (legacy and crosszone gateways, two VPCs, IPv6), up for the whole
+    module, always taken down: the migration tests' deployment."""
+    _skip_unless_root()
+    spec = topology.load(MIGRATE)
+    with deployed(spec, MIGRATE) as d:
         yield d

@@ -17,11 +17,10 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from emulate_helpers import deployed
 
 from crosszone.control.client import Client, ControllerError
 from crosszone.migrate import engine as eng
@@ -33,20 +32,14 @@ from crosszone_lab.workload.udp_probe import analyse
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
-TOPOLOGY = ROOT / "examples" / "migrate.yaml"
 CLI = [sys.executable, "-m", "crosszone.cli", "migrate"]
 #: loss we accept on a planned move under the probe (the target is 0; the bench measures it)
 MAX_LOSS_SHARE = 0.002
 
 
 @pytest.fixture(scope="module")
-def dep() -> Iterator[deploy.Deployment]:
-    if os.geteuid() != 0:
-        pytest.skip("integration tests need root")
-    spec = topology.load(TOPOLOGY)
-    with deployed(spec, TOPOLOGY) as d:
-        yield d
+def dep(migrate_deployment: deploy.Deployment) -> deploy.Deployment:
+    return migrate_deployment
 
 
 def _cli(store: str, *args: str, check: bool = True, timeout: float = 240

@@ -17,36 +17,27 @@ the maps"). They are reported, not asserted.
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from emulate_helpers import deployed
 
 from crosszone.control.client import Client
 from crosszone_lab.bench.failover import start_probe
-from crosszone_lab.emulate import control_plane, deploy, topology
+from crosszone_lab.emulate import control_plane, deploy
 from crosszone_lab.emulate.migration import intent_vpc_name
 from crosszone_lab.workload.udp_probe import analyse
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
-TOPOLOGY = ROOT / "examples" / "migrate.yaml"
 PPS, FLOWS = 2000, 16
 
 
 @pytest.fixture(scope="module")
-def dep() -> Iterator[deploy.Deployment]:
-    if os.geteuid() != 0:
-        pytest.skip("integration tests need root")
-    spec = topology.load(TOPOLOGY)
-    with deployed(spec, TOPOLOGY) as d:
-        yield d
+def dep(migrate_deployment: deploy.Deployment) -> deploy.Deployment:
+    return migrate_deployment
 
 
 def _apply(client: Client, intent: dict[str, Any]) -> int:

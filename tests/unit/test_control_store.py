@@ -4,68 +4,52 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from crosszone.store.store import Store, StoreUnavailable, open_store
-from etcd_fixture import etcd_url  # noqa: F401  (fixture)
 
 
-@pytest.fixture(params=["sqlite", "etcd"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        s = open_store(f"sqlite://{tmp_path}/state.db")
-    else:
-        url = request.getfixturevalue("etcd_url")
-        from crosszone.store.etcd_store import EtcdStore
-
-        s = EtcdStore(url, root=f"/t{time.monotonic_ns()}/")
-    yield s
-    s.close()
-
-
-def test_revisions_increase_and_group_a_transaction(store: Store) -> None:
-    r1 = store.put_many({"intent/a": b"1", "intent/b": b"2"})
-    r2 = store.put("intent/a", b"3")
+def test_revisions_increase_and_group_a_transaction(any_store: Store) -> None:
+    r1 = any_store.put_many({"intent/a": b"1", "intent/b": b"2"})
+    r2 = any_store.put("intent/a", b"3")
     assert r2 > r1
-    items, rev = store.get_prefix("intent/")
+    items, rev = any_store.get_prefix("intent/")
     assert items == {"intent/a": b"3", "intent/b": b"2"} and rev >= r2
-    ev = store.watch("intent/", r1 - 1, 1)
+    ev = any_store.watch("intent/", r1 - 1, 1)
     assert [(e.key, e.value) for e in ev if e.revision == r1] == [("intent/a", b"1"),
                                                                   ("intent/b", b"2")]
 
 
-def test_delete_and_prefix_isolation(store: Store) -> None:
-    store.put_many({"intent/x": b"1", "status/gw": b"s"})
-    r = store.put_many({"intent/x": None})
-    assert store.get_prefix("intent/")[0] == {}
-    assert store.get("status/gw") == b"s"
-    ev = store.watch("intent/", r - 1, 1)
+def test_delete_and_prefix_isolation(any_store: Store) -> None:
+    any_store.put_many({"intent/x": b"1", "status/gw": b"s"})
+    r = any_store.put_many({"intent/x": None})
+    assert any_store.get_prefix("intent/")[0] == {}
+    assert any_store.get("status/gw") == b"s"
+    ev = any_store.watch("intent/", r - 1, 1)
     assert ev[-1].value is None and ev[-1].key == "intent/x"
 
 
-def test_watch_waits_then_returns_in_order(store: Store) -> None:
-    r0 = store.put("intent/k", b"0")
-    assert store.watch("intent/", r0, 0.2) == []
+def test_watch_waits_then_returns_in_order(any_store: Store) -> None:
+    r0 = any_store.put("intent/k", b"0")
+    assert any_store.watch("intent/", r0, 0.2) == []
 
     def later() -> None:
         time.sleep(0.1)
-        store.put("intent/k", b"1")
-        store.put("intent/k", b"2")
+        any_store.put("intent/k", b"1")
+        any_store.put("intent/k", b"2")
     threading.Thread(target=later).start()
-    got = store.watch("intent/", r0, 3)
+    got = any_store.watch("intent/", r0, 3)
     time.sleep(0.2)
-    got += store.watch("intent/", got[-1].revision, 0.5)
+    got += any_store.watch("intent/", got[-1].revision, 0.5)
     assert [e.value for e in got] == [b"1", b"2"]
     assert [e.revision for e in got] == sorted(e.revision for e in got)
 
 
-def test_watch_ignores_other_prefixes(store: Store) -> None:
-    r0 = store.put("intent/k", b"0")
-    store.put("status/gw", b"x")
-    assert store.watch("intent/", r0, 0.2) == []
+def test_watch_ignores_other_prefixes(any_store: Store) -> None:
+    r0 = any_store.put("intent/k", b"0")
+    any_store.put("status/gw", b"x")
+    assert any_store.watch("intent/", r0, 0.2) == []
 
 
 def test_unreachable_etcd_is_store_unavailable() -> None:
@@ -85,25 +69,25 @@ def test_bad_urls() -> None:
         open_store("sqlite:///nonexistent-dir/x/y.db")
 
 
-def test_watch_replays_from_any_revision_and_changes_are_prompt(store: Store) -> None:
-    r0 = store.revision()
-    revs = [store.put(f"intent/k{i}", str(i).encode()) for i in range(5)]
-    assert [e.revision for e in store.watch("intent/", r0, 1)] == revs
+def test_watch_replays_from_any_revision_and_changes_are_prompt(any_store: Store) -> None:
+    r0 = any_store.revision()
+    revs = [any_store.put(f"intent/k{i}", str(i).encode()) for i in range(5)]
+    assert [e.revision for e in any_store.watch("intent/", r0, 1)] == revs
     # asked again from an earlier revision (an agent that restarted): replayed, in order
-    assert [e.revision for e in store.watch("intent/", revs[1], 1)] == revs[2:]
-    assert store.watch("intent/", revs[-1], 0.05) == []
+    assert [e.revision for e in any_store.watch("intent/", revs[1], 1)] == revs[2:]
+    assert any_store.watch("intent/", revs[-1], 0.05) == []
     lat = []
     last = revs[-1]
     for i in range(20):
         t0 = time.perf_counter()
-        last = store.put("intent/x", str(i).encode())
-        got = store.watch("intent/", last - 1, 2)
+        last = any_store.put("intent/x", str(i).encode())
+        got = any_store.watch("intent/", last - 1, 2)
         lat.append(time.perf_counter() - t0)
         assert [e.revision for e in got] == [last]
     assert sorted(lat)[10] < 0.05  # median: milliseconds, not a new stream per change
 
 
-def test_etcd_watch_keeps_one_stream(etcd_url: str) -> None:  # noqa: F811
+def test_etcd_watch_keeps_one_stream(etcd_url: str) -> None:
     from crosszone.store.etcd_store import EtcdStore
 
     s = EtcdStore(etcd_url, root=f"/w{time.monotonic_ns()}/")

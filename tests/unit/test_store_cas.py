@@ -5,52 +5,34 @@ both win."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from crosszone.store.store import Store, open_store
-from etcd_fixture import etcd_url  # noqa: F401  (fixture)
 
 
-@pytest.fixture(params=["sqlite", "etcd"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        s = open_store(f"sqlite://{tmp_path}/state.db")
-    else:
-        url = request.getfixturevalue("etcd_url")
-        from crosszone.store.etcd_store import EtcdStore
-
-        s = EtcdStore(url, root=f"/cas{time.monotonic_ns()}/")
-    yield s
-    s.close()
-
-
-def test_put_if_writes_only_at_the_revision_read(store: Store) -> None:
-    assert store.get_versioned("migration/state") == (None, 0)
-    r1 = store.put_if("migration/state", b"a", 0)  # absent: created
-    assert r1 is not None and store.get_versioned("migration/state") == (b"a", r1)
-    assert store.put_if("migration/state", b"b", 0) is None  # no longer absent
-    store.put("other/key", b"x")  # another key's write does not change this key's revision
-    r2 = store.put_if("migration/state", b"b", r1)
+def test_put_if_writes_only_at_the_revision_read(any_store: Store) -> None:
+    assert any_store.get_versioned("migration/state") == (None, 0)
+    r1 = any_store.put_if("migration/state", b"a", 0)  # absent: created
+    assert r1 is not None and any_store.get_versioned("migration/state") == (b"a", r1)
+    assert any_store.put_if("migration/state", b"b", 0) is None  # no longer absent
+    any_store.put("other/key", b"x")  # another key's write does not change this key's revision
+    r2 = any_store.put_if("migration/state", b"b", r1)
     assert r2 is not None and r2 > r1
-    assert store.put_if("migration/state", b"c", r1) is None  # a stale revision loses
-    assert store.get("migration/state") == b"b"
-    assert store.put_if("migration/state", None, r1) is None  # a stale delete too
-    assert store.put_if("migration/state", None, r2) is not None
-    assert store.get_versioned("migration/state") == (None, 0)
+    assert any_store.put_if("migration/state", b"c", r1) is None  # a stale revision loses
+    assert any_store.get("migration/state") == b"b"
+    assert any_store.put_if("migration/state", None, r1) is None  # a stale delete too
+    assert any_store.put_if("migration/state", None, r2) is not None
+    assert any_store.get_versioned("migration/state") == (None, 0)
 
 
-def test_of_two_writers_that_read_the_same_revision_exactly_one_wins(store: Store) -> None:
-    _, rev = store.get_versioned("migration/runner")
+def test_of_two_writers_that_read_the_same_revision_exactly_one_wins(any_store: Store) -> None:
+    _, rev = any_store.get_versioned("migration/runner")
     results: list[int | None] = []
     barrier = threading.Barrier(4)
 
     def writer(i: int) -> None:
         barrier.wait()
-        results.append(store.put_if("migration/runner", f"owner-{i}".encode(), rev))
+        results.append(any_store.put_if("migration/runner", f"owner-{i}".encode(), rev))
 
     threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
     for t in threads:
@@ -59,7 +41,7 @@ def test_of_two_writers_that_read_the_same_revision_exactly_one_wins(store: Stor
         t.join()
     won = [r for r in results if r is not None]
     assert len(results) == 4 and len(won) == 1
-    value, now = store.get_versioned("migration/runner")
+    value, now = any_store.get_versioned("migration/runner")
     assert now == won[0] and value is not None and value.startswith(b"owner-")
 
 

@@ -147,3 +147,34 @@ def test_a_move_times_the_routers_kernels_beside_the_products_convergence(
     m = drv.moves[-1]
     assert m["weight_new"] == 50 and m["share_reached"] and m["kernel_ms"] is not None
     assert {"converge_ms", "applied_ms", "announce_ms", "t"} <= set(m)
+
+
+@pytest.mark.parametrize("fate", ["dies", "silent"])
+def test_a_probe_that_never_reports_is_named_with_the_end_of_its_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fate: str) -> None:
+    """A probe that dies, or never reports within the start timeout, fails `ensure` with its
+    VPC and the end of its log (which `emulate down` removes): what a CI failure needs."""
+    from crosszone_lab.emulate.kinds import DeployError
+
+    p = _emu().dep.plan
+    db = SqliteStore(str(tmp_path / "s.db"))
+    monkeypatch.setattr(control_plane, "CONTROL_DIR", tmp_path)
+    monkeypatch.setattr(probes, "START_TIMEOUT_S", 1.0)
+    real_popen = subprocess.Popen
+
+    def popen(argv: list[str], **kw: Any) -> Any:
+        kw["stdout"].write(b"cannot write the report to the store (counting on): locked\n")
+        kw["stdout"].flush()
+        return real_popen(["true"] if fate == "dies" else ["sleep", "30"],
+                          start_new_session=True)
+    monkeypatch.setattr(probes.subprocess, "Popen", popen)
+    try:
+        with pytest.raises(DeployError) as e:
+            probes.ensure(p, db, p.spec.vpcs[0].name)
+    finally:
+        for v in p.spec.vpcs:
+            probes.stop(v.name)
+    first = sorted(v.name for v in p.spec.vpcs)[0]
+    what = "died" if fate == "dies" else "did not report within 1 s"
+    assert f"the probe in VPC {first} {what}" in str(e.value)
+    assert "counting on): locked" in str(e.value)

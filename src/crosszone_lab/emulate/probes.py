@@ -38,8 +38,11 @@ from crosszone_lab.emulate.topology import Endpoint, Plan
 
 #: The document each probe reads from every storage node (one of the storage nodes' own).
 PROBE_PATH = "/meta/shard-00000.json"
-#: How long `ensure` waits for a started probe's first report.
-START_TIMEOUT_S = 30.0
+#: How long `ensure` waits for a started probe's first report. A probe's start is a Python
+#: start (0.4 s of CPU) and one round of reads (each bounded by the probe's own deadlines, 6 s);
+#: on a box saturated by the workload the start alone took 10 s (and 18 s while the CLI still
+#: imported the lab), so the wait is generous: it only bounds a probe that is wedged.
+START_TIMEOUT_S = 60.0
 
 
 def probe_name(vpc: str) -> str:
@@ -91,6 +94,16 @@ def _report(st: Store, vpc: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def _log_tail(vpc: str, lines: int = 5) -> str:
+    """The end of the probe's log for an error message (it is gone after `emulate down`)."""
+    path = control_plane.log_file(f"probe-{vpc}")
+    try:
+        tail = path.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return f" (no log at {path})"
+    return (f"; the end of {path}: " + " | ".join(tail)) if tail else f" ({path} is empty)"
+
+
 def stop(vpc: str) -> None:
     """Stop the probe in VPC `vpc` (SIGTERM: it finishes its round and reports `stopped`)."""
     pid = pids.read_pid(pidfile(vpc))
@@ -133,10 +146,9 @@ def ensure(p: Plan, st: Store, canary: str | None) -> list[str]:
                     float(doc.get("updated", 0)) >= t0:
                 break
             if not pids.pidfile_alive(pidfile(vpc)):
-                raise DeployError(f"the probe in VPC {vpc} died: see "
-                                  f"{control_plane.log_file(f'probe-{vpc}')}")
+                raise DeployError(f"the probe in VPC {vpc} died{_log_tail(vpc)}")
             if time.monotonic() > deadline:
                 raise DeployError(f"the probe in VPC {vpc} did not report within "
-                                  f"{START_TIMEOUT_S:g} s")
+                                  f"{START_TIMEOUT_S:g} s{_log_tail(vpc)}")
             time.sleep(0.1)
     return sorted(started)

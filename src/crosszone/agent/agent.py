@@ -169,11 +169,11 @@ class Agent:
             self.fastpath = report
             log.error("gateway %s: failed closed: %s", self.gateway, self._closed_message)
             self.report(force=True)  # the runner reads this at once
-            if self.routing is not None:
+            if self.routing is not None:  # persist the shutdown, then say FRR holds it
                 more = self.routing.settle()
                 if more:
                     self._closed_message += f"; {more}"
-                    self.report(force=True)
+                self.report(force=True)
             return
         if report.ok and was:
             self.fastpath = report

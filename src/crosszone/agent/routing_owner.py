@@ -189,7 +189,7 @@ class RoutingOwner(Collector):
             return ("routing is unmanaged (the intent has no bgp: for this gateway, or it was "
                     "never applied): cannot withdraw, the operator must take this gateway out")
         assert gw.bgp is not None
-        peers = [p.address for p in gw.bgp.peers]
+        peers = [str(p.address) for p in gw.bgp.peers]
         said = []
         if self.fast is not None:
             t0 = time.monotonic()

@@ -20,6 +20,16 @@ as a heartbeat every `status_every` seconds (30): an idle agent adds two log row
 one a second. With `status_busy_every` > 0, a changed status waits until a watch finds nothing
 new (or that many seconds pass), so that while changes stream in no status commit sits in front
 of the next change; the default (0) reports every applied revision at once.
+
+Fail closed (issue 25): with a `FastPathGuard` (fastpath_guard.py, started by `watch_fastpath`)
+a thread compares every 20 ms the program on each gateway port with the pinned one. On a
+mismatch `fastpath_changed` takes the gateway out of routing (routing_owner.fail_closed: every
+BGP neighbour shut), sets health `failed-closed` (whatever the reconcile loop reports: the
+health property says so until the program is back), with a message naming the port, what it
+has and the expected id, and writes the status at once, with `fastpath`: {"ok", "expected",
+"attached": {port: id}, "since"}. The migration's runner reads `health == "failed-closed"` as
+"this gateway is out". Once the expected program is on every port again, the gateway is
+announced again (its maps were kept programmed) and health goes back to what the loop says.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from crosszone.abi.reasons import Reason
+from crosszone.agent.fastpath_guard import FastPathGuard, Report
 from crosszone.agent.metrics import AgentMetrics, FastPathCollector
 from crosszone.agent.reconcile import Applied, Reconciler
 from crosszone.agent.routing_owner import RoutingOwner
@@ -92,8 +104,12 @@ class Agent:
         self.status_busy_every = status_busy_every
         self._last_status = -1e18
         self._last_reported: tuple | None = None
-        self.health = "starting"
-        self.message = ""
+        self._health, self._message = "starting", ""
+        # the fast path's watchdog (None: not watched) and its last change of outcome
+        self.guard: FastPathGuard | None = None
+        self.fastpath: Report | None = None
+        self._closed_message = ""
+        self._report_lock = threading.Lock()  # the guard's thread reports too
         # where this agent's metrics are served (reported: the migration's runner reads them)
         self.metrics_address: str | None = None
         self._routing_raw: bytes | None = None  # the routing object last handed to routing
@@ -109,6 +125,70 @@ class Agent:
         self.started = False
         # After a full load, work left for the first idle moment (see _warm_up).
         self.warming = False
+
+    @property
+    def failed_closed(self) -> bool:
+        """The fast path is not the loaded program on every port: the gateway is out."""
+        return self.fastpath is not None and not self.fastpath.ok
+
+    @property
+    def health(self) -> str:
+        """`failed-closed` while the fast path is gone, else the reconcile loop's."""
+        return "failed-closed" if self.failed_closed else self._health
+
+    @health.setter
+    def health(self, value: str) -> None:
+        self._health = value
+
+    @property
+    def message(self) -> str:
+        """Why the health is what it is."""
+        return self._closed_message if self.failed_closed else self._message
+
+    @message.setter
+    def message(self, value: str) -> None:
+        self._message = value
+
+    def watch_fastpath(self, guard: FastPathGuard) -> None:
+        """Start checking the fast path (guard.on_change must be `fastpath_changed`)."""
+        self.guard = guard
+        guard.start()
+
+    def fastpath_changed(self, report: Report) -> None:
+        """The guard's outcome changed (any thread): fail closed, or come back."""
+        was = self.failed_closed
+        for iface, pid in report.attached.items():
+            self.metrics.fastpath_attached.labels(iface).set(
+                1 if pid == report.expected else 0)
+        if not report.ok and not was:
+            self.metrics.fail_closed.inc()
+            action = (self.routing.fail_closed() if self.routing is not None else
+                      "routing is off in this agent (--no-routing): cannot withdraw, the "
+                      "operator must take this gateway out")
+            self._closed_message = f"{report.problem()}; {action}"
+            self.fastpath = report
+            log.error("gateway %s: failed closed: %s", self.gateway, self._closed_message)
+            self.report(force=True)  # the runner reads this at once
+            if self.routing is not None:  # persist the shutdown, then say FRR holds it
+                more = self.routing.settle()
+                if more:
+                    self._closed_message += f"; {more}"
+                self.report(force=True)
+            return
+        if report.ok and was:
+            self.fastpath = report
+            said = self.routing.reopen() if self.routing is not None else ""
+            self.metrics.fail_closed_recoveries.inc()
+            log.warning("gateway %s: the fast path is back (program id %d on %s)%s",
+                        self.gateway, report.expected, ", ".join(sorted(report.attached)),
+                        f": {said}" if said else "")
+            self.report(force=True)
+            return
+        if not report.ok:  # still failed, something else attached: say what
+            self._closed_message = self._closed_message.replace(
+                self.fastpath.problem() if self.fastpath else "", report.problem(), 1)
+        self.fastpath = report
+        self.report(force=True)
 
     def _warm_up(self) -> None:
         """What a full load leaves for later, done while nothing waits: the route tables'
@@ -265,22 +345,26 @@ class Agent:
             out["metrics"] = self.metrics_address
         out["routing"] = (self.routing.status() if self.routing is not None else
                           {"mode": "off", "message": "this agent does not manage routing"})
+        if self.fastpath is not None:
+            out["fastpath"] = self.fastpath.to_json()
         return out
 
     def report(self, force: bool = False, idle: bool = True) -> None:
         """Write the status to the store when it changed (once idle), else as a heartbeat."""
-        state = (self.rec.revision, self.health, self.message, self.rec.rejected,
-                 self.routing.status_key() if self.routing is not None else None)
-        since = self.now() - self._last_status
-        due = since >= self.status_every or (state != self._last_reported and (
-            idle or since >= self.status_busy_every))
-        if not force and not due:
-            return
-        try:
-            self.store.put(STATUS + self.gateway, json.dumps(self.status()).encode())
-            self._last_status, self._last_reported = self.now(), state
-        except StoreUnavailable:
-            pass  # reported by the next watch failure
+        with self._report_lock:
+            state = (self.rec.revision, self.health, self.message, self.rec.rejected,
+                     self.routing.status_key() if self.routing is not None else None,
+                     self.fastpath)
+            since = self.now() - self._last_status
+            due = since >= self.status_every or (state != self._last_reported and (
+                idle or since >= self.status_busy_every))
+            if not force and not due:
+                return
+            try:
+                self.store.put(STATUS + self.gateway, json.dumps(self.status()).encode())
+                self._last_status, self._last_reported = self.now(), state
+            except StoreUnavailable:
+                pass  # reported by the next watch failure
 
     def run(self, should_stop: Callable[[], bool] = lambda: False) -> None:
         """Loop until should_stop()."""
@@ -316,6 +400,37 @@ def fastpath_hooks(agent: Agent, maps: Any) -> None:
     agent.counters, agent.occupancy = counters, occupancy
     agent.metrics.add_fastpath(FastPathCollector(vpc_counters, maps.reason_stats, occupancy,
                                                  policy_counters))
+
+
+def gateway_ports(agent: Agent) -> Callable[[], list[str]]:
+    """The gateway's interfaces in the intent its maps hold (what ensure_attached attached
+    the program to); [] before the first reconcile. Read from the guard's thread."""
+    from crosszone.intent.errors import InvalidIntentError
+    from crosszone.store.objects import join_objects
+
+    cache: dict[bytes, list[str]] = {}
+
+    def ports() -> list[str]:
+        core = agent.rec.objects.get(CORE)
+        if core is None:
+            return []
+        if core not in cache:
+            cache.clear()
+            try:
+                gw = join_objects({CORE: core}).gateway(agent.gateway)
+                cache[core] = [i.name for i in gw.interfaces]
+            except (InvalidIntentError, KeyError):
+                cache[core] = []
+        return cache[core]
+    return ports
+
+
+def fastpath_guard(agent: Agent, pin_dir: Path, netns: str | None) -> FastPathGuard:
+    """The watchdog of a gateway's ports against the program pinned under pin_dir."""
+    from crosszone.fastpath.deploy import pinned_program_id
+
+    return FastPathGuard(gateway_ports(agent), lambda: pinned_program_id(pin_dir),
+                         agent.fastpath_changed, netns=netns)
 
 
 def ensure_attached(store: Store, gateway: str, pin_dir: Path, netns: str | None,

@@ -56,6 +56,7 @@ def agent_cmd(
         Agent,
         default_state_file,
         ensure_attached,
+        fastpath_guard,
         fastpath_hooks,
         ifindex_in,
     )
@@ -102,6 +103,9 @@ def agent_cmd(
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__("now", True))
     last = None
+    # every 20 ms: the pinned program on every port, or the gateway fails closed (issue 25)
+    guard = fastpath_guard(agent, pins, netns or None)
+    agent.watch_fastpath(guard)
     while not stop["now"]:
         res = agent.step(timeout=0.5)
         if res is not None:
@@ -113,6 +117,7 @@ def agent_cmd(
             last = agent.health
         if once and agent.started:
             break
+    guard.stop()
     agent.report(force=True)
 
 

@@ -113,6 +113,13 @@ class FrrTarget:
             return ["--vty_socket", str(self.vty_socket)]
         return ["-N", self.pathspace] if self.pathspace else []
 
+    @property
+    def sockets(self) -> Path:
+        """The directory of the daemons' vty sockets (bgpd.vty, ...)."""
+        if self.vty_socket is not None:
+            return self.vty_socket
+        return Path("/var/run/frr") / (self.pathspace or "")
+
     def vtysh(self) -> list[str]:
         """The vtysh argv prefix that reaches this instance."""
         return [str(self.bindir / "vtysh"), *self._where()]
@@ -158,6 +165,14 @@ _DIRECT = ("network ", "set extcommunity bandwidth ", "bgp graceful-shutdown")
 _CLOSERS = ("!", "exit", "exit-address-family", "exit-vrf", "end")
 
 Line = tuple[tuple[str, ...], str]  # (the blocks it is in, outermost first; the line)
+
+
+def _direct_line(line: str) -> bool:
+    """A line the direct path may change: `_DIRECT`'s, or a neighbour shut or opened again
+    (the fast path's fail-closed, routing_owner.fail_closed)."""
+    words = line.split()
+    return line.startswith(_DIRECT) or (len(words) == 3 and words[0] == "neighbor"
+                                        and words[2] == "shutdown")
 
 
 def config_lines(text: str) -> set[Line]:
@@ -213,7 +228,7 @@ def routing_delta(old: str, new: str) -> Delta | None:
     blocks_a = {ctx + (line,) for ctx, line in a}
     blocks_b = {ctx + (line,) for ctx, line in b}
     for ctx, line in removed | added:
-        if not line.startswith(_DIRECT) or any(
+        if not _direct_line(line) or any(
                 ctx[:i + 1] not in blocks_a or ctx[:i + 1] not in blocks_b
                 for i in range(len(ctx))):
             return None

@@ -56,15 +56,19 @@ class RoutingState:
     canary: "on" announces the canary VPCs like the others; "off" leaves them out (a source
     gateway once the canary moved); "only" announces just them, without the anycast VTEP or
     any other VPC (a target gateway during the canary phase). withdraw: announce nothing
-    (sessions and BFD stay up). bandwidth_mbps: the link-bandwidth extended community on every
-    announced route (None: none, plain ECMP at the routers). graceful_shutdown: RFC 8326's
-    community on every route, so the routers keep them only as backup."""
+    (sessions and BFD stay up). shutdown: every neighbour shut (the fast path is gone).
+    bandwidth_mbps: the link-bandwidth extended community on every announced route (None:
+    none, plain ECMP at the routers). graceful_shutdown: RFC 8326's community on every route,
+    so the routers keep them only as backup."""
 
     withdraw: bool = False
     canary: Literal["on", "off", "only"] = "on"
     canary_vpcs: frozenset[str] = frozenset()
     bandwidth_mbps: int | None = None
     graceful_shutdown: bool = False
+    #: every BGP neighbour shut (`neighbor X shutdown`): the fast path failed closed
+    #: (routing_owner.fail_closed); the routers drop every path via this gateway at once
+    shutdown: bool = False
 
     def check(self) -> None:
         """RenderError when the state is not one FRR can take."""
@@ -214,6 +218,8 @@ def _bgp(gw: Gateway, anycast: str | None, facing: list[Net], has_v6: bool,
             # FRR shows both lines for a profile: writing both keeps the comparison equal
             lines += [f" neighbor {p.address} bfd",
                       f" neighbor {p.address} bfd profile {BFD_PROFILE}"]
+        if state.shutdown:
+            lines.append(f" neighbor {p.address} shutdown")
     v4 = ([anycast] if anycast else []) + [str(n) for n in facing if n.version == 4]
     lines += [" !", " address-family ipv4 unicast"]
     lines += [f"  network {n}" for n in v4]

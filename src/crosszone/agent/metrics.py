@@ -14,7 +14,9 @@ collector that reads them at scrape time (no copy in Python goes stale):
     crosszone_policy_rate_dropped_bytes_total{vpc}
 
 The agent's own state is ordinary metrics: applied revision, reconcile latency (histogram,
-seconds), rejected revisions, store reachability.
+seconds), rejected revisions, store reachability, and the fast path's watchdog:
+crosszone_fastpath_attached{interface} (0/1), crosszone_fail_closed_total and
+crosszone_fail_closed_recoveries_total.
 """
 
 from __future__ import annotations
@@ -156,6 +158,16 @@ class AgentMetrics:
         self.store_up = Gauge("crosszone_store_up", "1 if the store answered the last call",
                               registry=r)
         self.store_errors = Counter("crosszone_store_errors", "Failed store calls", registry=r)
+        # the fast path's watchdog (fastpath_guard): a gray failure fails closed
+        self.fastpath_attached = Gauge(
+            "crosszone_fastpath_attached", "1 if the interface runs the XDP program the agent "
+            "loaded (checked every 20 ms)", ["interface"], registry=r)
+        self.fail_closed = Counter(
+            "crosszone_fail_closed", "Times the gateway failed closed: a port lost the fast "
+            "path, the gateway was taken out of routing", registry=r)
+        self.fail_closed_recoveries = Counter(
+            "crosszone_fail_closed_recoveries", "Times the expected program was back on every "
+            "port and the gateway was announced again", registry=r)
 
     def add_fastpath(self, collector: FastPathCollector) -> None:
         """Export the fast path's counters too."""

@@ -206,3 +206,12 @@ def pinned_maps(pin_dir: str | Path) -> GatewayMaps:
 def pinned_program(pin_dir: str | Path) -> BpfProgram:
     """The pinned gateway program."""
     return BpfProgram.from_pinned(Path(pin_dir) / "prog")
+
+
+def pinned_program_id(pin_dir: str | Path) -> int:
+    """The kernel id of the pinned gateway program (what its ports should have attached)."""
+    prog = pinned_program(pin_dir)
+    try:
+        return prog.id
+    finally:
+        prog.close()

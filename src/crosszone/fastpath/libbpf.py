@@ -78,8 +78,10 @@ from crosszone.fastpath.libbpf_abi import (
     _TestRunOpts,
     _xdp_attach,
     _xdp_detach,
+    _xdp_query,
     _xdp_query_id,
     _XdpAttachOpts,
+    _XdpQueryOpts,
     c_char_p,
     c_u32,
     c_void_p,
@@ -126,6 +128,7 @@ __all__ = [
     "xdp_attach",
     "xdp_ctx",
     "xdp_detach",
+    "xdp_query",
     "xdp_query_prog_id",
 ]
 
@@ -407,6 +410,13 @@ def xdp_attach(
 def xdp_detach(ifindex: int, flags: int = XDP_FLAGS_DRV_MODE) -> None:
     """Detach the XDP program of that mode from an interface."""
     _check(_xdp_detach(ifindex, flags, None), "bpf_xdp_detach", f"ifindex {ifindex}")
+
+
+def xdp_query(ifindex: int) -> tuple[int, int]:
+    """(native-mode, generic-mode) ids of the XDP programs on an interface (0: none)."""
+    o = _XdpQueryOpts(sz=ctypes.sizeof(_XdpQueryOpts))
+    _check(_xdp_query(ifindex, 0, ctypes.byref(o)), "bpf_xdp_query", f"ifindex {ifindex}")
+    return int(o.drv_prog_id), int(o.skb_prog_id)
 
 
 def xdp_query_prog_id(ifindex: int, flags: int = 0) -> int:

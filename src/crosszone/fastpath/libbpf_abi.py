@@ -177,6 +177,7 @@ _info_by_fd = _fn("bpf_obj_get_info_by_fd", c_int, c_int, c_void_p, ctypes.POINT
 _test_run = _fn("bpf_prog_test_run_opts", c_int, c_int, c_void_p)
 _xdp_attach = _fn("bpf_xdp_attach", c_int, c_int, c_int, c_u32, c_void_p)
 _xdp_detach = _fn("bpf_xdp_detach", c_int, c_int, c_u32, c_void_p)
+_xdp_query = _fn("bpf_xdp_query", c_int, c_int, c_int, c_void_p)
 _xdp_query_id = _fn("bpf_xdp_query_id", c_int, c_int, c_int, ctypes.POINTER(c_u32))
 _num_cpus = _fn("libbpf_num_possible_cpus", c_int)
 
@@ -223,6 +224,12 @@ class _TestRunOpts(ctypes.Structure):
 
 class _XdpAttachOpts(ctypes.Structure):
     _fields_ = [("sz", c_size_t), ("old_prog_fd", c_int)]
+
+
+class _XdpQueryOpts(ctypes.Structure):
+    # struct bpf_xdp_query_opts, libbpf 1.1 (/usr/include/bpf/libbpf.h)
+    _fields_ = [("sz", c_size_t), ("prog_id", c_u32), ("drv_prog_id", c_u32),
+                ("hw_prog_id", c_u32), ("skb_prog_id", c_u32), ("attach_mode", ctypes.c_uint8)]
 
 
 class _MapInfo(ctypes.Structure):

@@ -132,7 +132,8 @@ def test_a_move_times_the_routers_kernels_beside_the_products_convergence(
     waited: list[tuple[str, float]] = []
 
     def fake_wait(expect: dict[str, Any], what: str, new: set[str] | None = None,
-                  want_present: bool = False, timeout: float = 30.0) -> None:
+                  want_present: bool = False, timeout: float = 30.0,
+                  stop: Any = None) -> None:
         waited.append((what, timeout))
     monkeypatch.setattr(emu, "_wait", fake_wait)
     monkeypatch.setattr(emu, "_record_active", lambda plan, w: None)

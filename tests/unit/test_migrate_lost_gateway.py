@@ -179,6 +179,23 @@ def test_a_resumed_runner_keeps_a_lost_gateway_out(world: World) -> None:
     assert not any(o.withdraw for o in routing.read_all(world.store).values())
 
 
+def test_a_runner_killed_before_its_rollback_ended_is_followed_by_one_that_ends_it(
+        world: World) -> None:
+    drv = make_driver(world)
+    e = _engine(world, drv)
+    e.start(PLAN)
+    e.run(stop=lambda s: s.state == "shifting" and s.weight_new == 50)
+    drv.drain({"xgw2": "its agent reports failed-closed"})
+    e._new_lost()  # named and saved; then kill -9, before the rollback's move
+    world.advance(eng.RUNNER_TIMEOUT_S + 1)
+    drv2 = make_driver(world)
+    e2 = _engine(world, drv2)
+    e2.apply("resume")
+    assert e2.state.state == "rolled_back" and drv2.lost == {"xgw2": drv.lost["xgw2"]}
+    assert routing.read_all(world.store)["xgw2"].withdraw
+    _legacy_carries_everything(world)
+
+
 # ---- a breach attributed to one gateway -------------------------------------------------------
 
 def test_a_breach_attributed_to_one_gateway_drains_it(world: World) -> None:

@@ -363,7 +363,10 @@ class Engine:
                 self.driver.set_weight(plan, s.weight_new)
         self._attached = True
         self._record("runner_attached")
-        self._on_lost()
+        if not self._on_lost() and s.lost and s.state in ACTIVE:
+            # the previous runner stopped between naming a lost gateway and rolling back
+            self._rollback_all(f"the previous runner stopped while rolling back after it lost "
+                               f"{', '.join(sorted(s.lost))}: rolled back")
 
     def _keep_baseline(self, retake: bool) -> None:
         """Store the driver's latency baseline (retake: the canary's newest, before the first

@@ -125,13 +125,15 @@ def test_ensure_starts_each_probe_once_and_waits_for_its_first_report(
 
 def test_a_move_times_the_routers_kernels_beside_the_products_convergence(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from unit.test_agent_driver import AGENTS, LEGACY, PLAN, FakeLegacy, FakeProbes, World
+    from unit.fake_agents import AGENTS, LEGACY, FakeLegacy, FakeProbes, World
+    from unit.test_agent_driver import PLAN
 
     emu = _emu()
     waited: list[tuple[str, float]] = []
 
     def fake_wait(expect: dict[str, Any], what: str, new: set[str] | None = None,
-                  want_present: bool = False, timeout: float = 30.0) -> None:
+                  want_present: bool = False, timeout: float = 30.0,
+                  stop: Any = None) -> None:
         waited.append((what, timeout))
     monkeypatch.setattr(emu, "_wait", fake_wait)
     monkeypatch.setattr(emu, "_record_active", lambda plan, w: None)

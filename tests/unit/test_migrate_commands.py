@@ -2,7 +2,7 @@
 
 The command takes its deployment from a file (`--deployment`) or from a provider a tool
 registered (the lab's emulator); here a provider hands it the fake world of
-test_agent_driver (fake agents, fake legacy adapter), so the whole command runs: standby,
+fake_agents.py (fake agents, fake legacy adapter), so the whole command runs: standby,
 start to `shifted`, status, finish. The deployment file's parser is checked on its own, with a
 fake adapter.
 """
@@ -25,7 +25,7 @@ from crosszone.migrate.plan import Plan
 from crosszone.migrate.probe_verdicts import StoreProbes
 from crosszone.store import routing
 from crosszone.store.sqlite_store import SqliteStore
-from unit.test_agent_driver import AGENTS, CANARY, LEGACY, FakeLegacy, FakeProbes, World
+from unit.fake_agents import AGENTS, CANARY, LEGACY, FakeLegacy, FakeProbes, World
 
 PLAN_STEPS = Plan(steps=(10, 100))
 

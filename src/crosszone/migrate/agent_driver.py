@@ -26,6 +26,12 @@ for the emulator alike:
   metrics, `crosszone_bgp_session_up` / `crosszone_bfd_session_up`), and unhealthy agents
   (status not `ok`, a stale status, a metrics endpoint that refuses, or that times out at two
   readings in a row).
+- **lost gateways** (`lost_gateways.py`): a crosszone gateway whose agent reports
+  failed-closed, that gives no sign of life for the plan's `agent_lost_s`, or that does not
+  apply a move within `apply_timeout_s`, is drained at once (its routing object `withdraw`,
+  not waited for) and left out of every later move; `lost` names them with the reason, the
+  engine records them and rolls back. `attribute` says which gateway a guard breach points
+  at, from the last guard reading.
 - **parity**: every crosszone gateway's agent reports health `ok`, manages its routing
   (`routing.mode: managed`, so it can apply the steps) and sees its sessions up; the legacy
   side answers its counter.
@@ -54,6 +60,8 @@ from crosszone.agent.frr_config import facing_prefixes, with_halves
 from crosszone.intent.errors import InvalidIntentError
 from crosszone.intent.schema import Cluster
 from crosszone.migrate import engine as eng
+from crosszone.migrate import lost_gateways
+from crosszone.migrate.lost_gateways import Liveness
 from crosszone.migrate.moves import (
     LegacyAction,
     Move,
@@ -62,7 +70,7 @@ from crosszone.migrate.moves import (
     plan_move,
     plan_retire,
 )
-from crosszone.migrate.plan import Plan
+from crosszone.migrate.plan import DEFAULT_AGENT_LOST_S, Plan
 from crosszone.store import routing
 from crosszone.store.objects import CORE, join_objects
 from crosszone.store.routing import GatewayRouting
@@ -273,8 +281,14 @@ class AgentDriver:
     share_window_s: float = SHARE_WINDOW_S
     share_min_packets: int = SHARE_MIN_PACKETS
     share_timeout_s: float = SHARE_TIMEOUT_S
-    #: how long a move waits for the agents (None: until they applied it, however long)
+    #: how long a move waits for an agent before that gateway is lost (None: as long as the
+    #: agent is alive; a silent one is lost after agent_lost_s anyway)
     apply_timeout_s: float | None = None
+    #: seconds without a sign of life after which a gateway is lost (the plan's, once given)
+    agent_lost_s: float = DEFAULT_AGENT_LOST_S
+    #: gateways lost during this migration, each with why: drained and left out of the moves
+    #: (the engine records them in the state and hands them back to a resumed runner)
+    lost: dict[str, str] = field(default_factory=dict)
     log_every_s: float = 10.0
     baseline_p99_ms: float | None = None
     #: the last weight move: weight_new, announce_ms, applied_ms, converge_ms, share, ...
@@ -282,7 +296,13 @@ class AgentDriver:
     _weight: int | None = None
     _canary_on: bool = False
     _retired: bool = False
-    _drops0: dict[str, int] = field(default_factory=dict)
+    _drops0: dict[str, dict[str, int]] = field(default_factory=dict)
+    _fwd0: dict[str, int] = field(default_factory=dict)
+    #: the last guard reading, per gateway: what was wrong with it, and (target gateways that
+    #: carry traffic) packets forwarded since the reading before (`attribute`)
+    _evidence: dict[str, list[str]] = field(default_factory=dict)
+    _forwarded: dict[str, int] = field(default_factory=dict)
+    _liveness: Liveness = field(default_factory=Liveness)
     _slow: set[str] = field(default_factory=set)
     _canary_cache: dict[str, list[str]] = field(default_factory=dict)
     _production_cache: dict[str, list[str]] = field(default_factory=dict)
@@ -299,7 +319,8 @@ class AgentDriver:
         if kinds.count(AGENT_KIND) != 1:
             raise DriverError(f"a migration runs between {AGENT_KIND} and another kind of "
                               f"gateway, not {plan.source} -> {plan.target}")
-        return Sides(tuple(self.agents), tuple(self.legacy_gateways),
+        self.agent_lost_s = plan.agent_lost_s
+        return Sides(tuple(self._agents()), tuple(self.legacy_gateways),
                      agents_are_target=plan.target == AGENT_KIND,
                      canary_vpcs=(self.intent_vpc(plan.canary),) if plan.canary else (),
                      canary_prefixes=tuple(self.canary_prefixes(plan)),
@@ -337,12 +358,16 @@ class AgentDriver:
                 str(n) for n in with_halves(facing_prefixes(vpc))]
         return self._canary_cache[plan.canary]
 
+    def _agents(self) -> list[str]:
+        """The crosszone gateways a move drives: every one but the lost."""
+        return [g for g in self.agents if g not in self.lost]
+
     def _target_agents(self, plan: Plan) -> list[str]:
-        return list(self.agents) if plan.target == AGENT_KIND else []
+        return self._agents() if plan.target == AGENT_KIND else []
 
     def _live_agents(self, plan: Plan) -> list[str]:
-        """The crosszone gateways that carry or may carry traffic (not retired)."""
-        return [] if self._retired and plan.source == AGENT_KIND else list(self.agents)
+        """The crosszone gateways that carry or may carry traffic (not retired, not lost)."""
+        return [] if self._retired and plan.source == AGENT_KIND else self._agents()
 
     def _weight_now(self) -> int:
         """The weight the network is at: the last move's, else the stored migration's (a
@@ -378,9 +403,69 @@ class AgentDriver:
         if addr is None:
             raise ScrapeError(f"{gw}: no metrics address (the agent reports none; give one)")
         try:
-            return parse_metrics(self.scrape(addr))
+            out = parse_metrics(self.scrape(addr))
         except ValueError as exc:
             raise ScrapeError(f"{gw}: metrics page unreadable: {exc}") from None
+        self._liveness.saw(gw, self.wall())
+        return out
+
+    # ---- lost gateways ------------------------------------------------------------------------
+
+    def check_lost(self, plan: Plan | None = None,
+                   statuses: dict[str, dict[str, Any]] | None = None) -> dict[str, str]:
+        """Gateways found lost by this reading (lost_gateways.py), each drained at once and
+        added to `lost`: gateway -> why."""
+        if plan is not None:
+            self.agent_lost_s = plan.agent_lost_s
+        if self._retired and plan is not None and plan.source == AGENT_KIND:
+            return {}
+        statuses = self.statuses() if statuses is None else statuses
+        now = self.wall()
+        found: dict[str, str] = {}
+        for gw in self._agents():
+            st = statuses.get(gw) or {}
+            why = lost_gateways.failed_closed(st) or self._silent(gw, st, now)
+            if why:
+                found[gw] = why
+        self.drain(found)
+        return found
+
+    def _silent(self, gw: str, st: dict[str, Any], now: float) -> str | None:
+        """Why `gw` is lost for silence (no status and no metrics for agent_lost_s), else
+        None; its metrics are read before it counts."""
+        last = self._liveness.last(gw, st, now)
+        if now - last <= self.agent_lost_s or not self._liveness.should_ask(gw, now):
+            return None
+        try:
+            self.sample(gw, st)
+            return None
+        except ScrapeError as exc:
+            return (f"no sign of life for {now - last:.0f} s (agent_lost_s "
+                    f"{self.agent_lost_s:g}): no status written and {exc}")[:300]
+
+    def drain(self, gateways: dict[str, str]) -> None:
+        """Take gateways out of the migration: each one's routing object `withdraw` (its agent,
+        if alive, announces nothing; nothing waits for it to confirm), and `lost` keeps them
+        out of every later move."""
+        fresh = {g: why for g, why in gateways.items() if g not in self.lost}
+        if not fresh:
+            return
+        self.lost.update(fresh)
+        rev = routing.next_revision(self.store)
+        self.store.put_many({routing.key(g): GatewayRouting(revision=rev, withdraw=True,
+                                                            by="migration: lost").to_bytes()
+                             for g in fresh})
+        for g, why in fresh.items():
+            self.log(f"{g} lost: {why}; drained (routing revision {rev} withdraws it), "
+                     "not waited for")
+
+    def attribute(self, plan: Plan, failed: Sequence[str] = ()) -> dict[str, str]:
+        """The one gateway the last guard reading points at (lost_gateways.attribute):
+        gateway -> why; empty when it points at none or at several."""
+        return lost_gateways.attribute(
+            {g: e for g, e in self._evidence.items() if g not in self.lost},
+            {g: n for g, n in self._forwarded.items() if g not in self.lost},
+            self.share_min_packets)
 
     # ---- parity -------------------------------------------------------------------------------
 
@@ -461,10 +546,12 @@ class AgentDriver:
         the target's share of forwarded packets reached it (last_move has the parts)."""
         sides = self.sides(plan)
         t0 = self.clock()
+        lost0 = len(self.lost)
         announced, applied = self._perform(plan_move(sides, weight_new, self._canary_on),
                                            f"step {weight_new}%")
         self._weight = weight_new
-        share, reached = self._wait_share(plan, weight_new)
+        share, reached = (None, False) if len(self.lost) > lost0 else \
+            self._wait_share(plan, weight_new, lost0)
         done = self.clock()
         self.last_move = {"weight_new": weight_new,
                           "announce_ms": round((announced - t0) * 1000, 1),
@@ -544,10 +631,14 @@ class AgentDriver:
         return dict.fromkeys(objs, rev)
 
     def _wait_applied(self, wanted: dict[str, int], what: str) -> None:
-        """Until every agent reports FRR holds its revision (or apply_timeout_s)."""
+        """Until every agent reports FRR holds its revision; a gateway lost meanwhile (or that
+        did not apply within apply_timeout_s) is drained and no longer waited for."""
         start = said = self.clock()
         while True:
-            pending = _pending(wanted, self.statuses())
+            statuses = self.statuses()
+            self.check_lost(statuses=statuses)
+            pending = _pending({g: r for g, r in wanted.items() if g not in self.lost},
+                               statuses)
             if not pending:
                 return
             now = self.clock()
@@ -556,9 +647,9 @@ class AgentDriver:
                 self.log(f"{what}: waiting {now - start:.0f} s for "
                          + "; ".join(f"{gw} ({why})" for gw, why in sorted(pending.items())))
             if self.apply_timeout_s is not None and now - start > self.apply_timeout_s:
-                raise DriverError(f"{what}: not applied after {now - start:.0f} s by "
-                                  + "; ".join(f"{gw} ({why})" for gw, why in
-                                              sorted(pending.items())))
+                self.drain({gw: f"{what} not applied within {self.apply_timeout_s:g} s "
+                                f"(apply_timeout_s): {why}" for gw, why in pending.items()})
+                return
             self.beat()
             self.sleep(self.poll_s)
 
@@ -570,6 +661,7 @@ class AgentDriver:
         kernel gateway's GRO-merged packets are not comparable with the fast path's frames,
         legacy_adapter's module doc), else packets; `share_unit` says which."""
         statuses = self.statuses()
+        agents = self._agents()
 
         def agent(gw: str) -> tuple[int, int]:
             s = self.sample(gw, statuses.get(gw, {}))
@@ -579,7 +671,7 @@ class AgentDriver:
             b = self.legacy.forwarded_bytes(gw) if self.share_unit != "packets" else None
             return int(self.legacy.forwarded_packets(gw)), None if b is None else int(b)
         jobs: list[Callable[[], tuple[int, int | None]]] = [
-            partial(agent, gw) for gw in self.agents]
+            partial(agent, gw) for gw in agents]
         jobs += [partial(legacy_one, gw) for gw in self.legacy_gateways]
         try:
             # all at once: each is a scrape or an adapter's process, and the share is only as
@@ -592,7 +684,7 @@ class AgentDriver:
             else:
                 self.share_unit = "packets"  # once a side cannot say bytes, packets it stays
                 counts = [p for p, _ in got]
-            agents, legacy = sum(counts[:len(self.agents)]), sum(counts[len(self.agents):])
+            new, legacy = sum(counts[:len(agents)]), sum(counts[len(agents):])
         except Exception as exc:  # a scrape or an adapter's command: the share waits
             why = f"share: {exc}"
             if why != self._share_said:  # said once, not at every poll
@@ -600,19 +692,25 @@ class AgentDriver:
                 self.log(why)
             return None
         self._share_said = ""
-        return (agents, legacy) if plan.target == AGENT_KIND else (legacy, agents)
+        return (new, legacy) if plan.target == AGENT_KIND else (legacy, new)
 
-    def _wait_share(self, plan: Plan, weight: int) -> tuple[float | None, bool]:
+    def _wait_share(self, plan: Plan, weight: int, lost0: int = 0
+                    ) -> tuple[float | None, bool]:
         """Until the target's share (percent) of the packets forwarded over the last
-        window_s is within the tolerance of `weight`: (the last share read, reached)."""
+        window_s is within the tolerance of `weight`: (the last share read, reached). A guard
+        breach, or a gateway lost (beyond the `lost0` lost before the move), ends it."""
         start = guarded = self.clock()
         window: deque[tuple[float, int, int]] = deque()
         share: float | None = None
         while True:
             now = self.clock()
-            if self.guard_check is not None and now - guarded >= self.guard_every_s:
+            if now - guarded >= self.guard_every_s:
                 guarded = now
-                if self.guard_check():
+                if self.check_lost(plan) or len(self.lost) > lost0:
+                    self.log(f"step {weight}%: a gateway was lost while the share was read; "
+                             "the step ends here")
+                    return share, False
+                if self.guard_check is not None and self.guard_check():
                     self.log(f"step {weight}%: a guard failed while the share was read; "
                              "the step ends here")
                     return share, False
@@ -670,6 +768,8 @@ class AgentDriver:
         now = self.wall()
         drops = down = unhealthy = 0
         targets = set(self._target_agents(plan))
+        carrying = targets if (self._weight or 0) > 0 else set()
+        self._evidence, self._forwarded = {}, {}
         for gw in self._live_agents(plan):
             st = statuses.get(gw, {})
             why = _status_problems(st, now) if st else ["no status"]
@@ -686,13 +786,30 @@ class AgentDriver:
             if why:
                 unhealthy += 1
                 self.log(f"agent of {gw}: {'; '.join(why)}")
+            evidence = self._evidence.setdefault(gw, [f"agent: {w}" for w in why])
             if s is None:
                 continue
-            down += sum(not up for up in s.bgp.values()) + sum(not up for up in s.bfd.values())
+            gone = [f"BGP session with {p} down" for p, up in sorted(s.bgp.items()) if not up]
+            gone += [f"BFD session with {p} down" for p, up in sorted(s.bfd.items()) if not up]
+            down += len(gone)
+            evidence += gone
             if gw in targets:
-                total = sum(s.drops.values())
-                drops += max(0, total - self._drops0.get(gw, total))
-                self._drops0[gw] = total
+                before = self._drops0.get(gw, s.drops)
+                rose = {r: n - before.get(r, 0) for r, n in s.drops.items()
+                        if n > before.get(r, 0)}
+                if sum(s.drops.values()) >= sum(before.values()):  # not a re-attached program
+                    drops += sum(rose.values())
+                    if rose:
+                        evidence.append(f"fast path dropped {sum(rose.values())} packets ("
+                                        + ", ".join(f"{r} {n}" for r, n in sorted(rose.items()))
+                                        + ")")
+                self._drops0[gw] = dict(s.drops)
+            if gw in carrying:
+                if gw in self._fwd0 and s.forwarded >= self._fwd0[gw]:
+                    self._forwarded[gw] = s.forwarded - self._fwd0[gw]
+                self._fwd0[gw] = s.forwarded
+            else:
+                self._fwd0.pop(gw, None)
         out.update({"drops": float(drops), "sessions_down": float(down),
                     "agents_unhealthy": float(unhealthy)})
         return out

@@ -36,7 +36,14 @@ from crosszone.migrate import engine as eng
 from crosszone.migrate import lease as leases
 from crosszone.migrate import op_queue
 from crosszone.migrate.lease import LeaseError
-from crosszone.migrate.plan import Plan, PlanError, load_guards, parse_dwell, parse_steps
+from crosszone.migrate.plan import (
+    DEFAULT_AGENT_LOST_S,
+    Plan,
+    PlanError,
+    load_guards,
+    parse_dwell,
+    parse_steps,
+)
 from crosszone.migrate.plan_schema import checked
 from crosszone.store.store import Store, open_store
 
@@ -136,6 +143,9 @@ def _print(doc: dict[str, Any], as_json: bool) -> None:
         c.print(f"[red]error: {escape(str(doc['error']))}[/red]", highlight=False)
     if doc.get("reason"):
         c.print(f"reason: {escape(str(doc['reason']))}", highlight=False)
+    for gw, why in sorted((doc.get("lost") or {}).items()):
+        c.print(f"[red]lost gateway {escape(str(gw))}[/red] (drained): {escape(str(why))}",
+                highlight=False)
     for g in doc.get("guards", []):
         c.print(f"  guard {g['name']}: {g['value']} (limit {g['limit']}) "
                 + ("[green]ok[/green]" if g["ok"] else "[red]BREACHED[/red]"))
@@ -152,11 +162,18 @@ def _print(doc: dict[str, Any], as_json: bool) -> None:
 
 
 def make_plan(source: str, target: str, canary: str | None, steps: str, dwell: str,
-              guards: Path | None) -> Plan:
+              guards: Path | None, agent_lost: str | None = None) -> Plan:
     """A Plan from the command-line options (PlanError on a bad one)."""
     d = parse_dwell(dwell)
+    lost = DEFAULT_AGENT_LOST_S
+    if agent_lost is not None:
+        try:
+            lost = parse_dwell(agent_lost)
+        except PlanError as exc:
+            raise PlanError(str(exc).replace("--dwell", "--agent-lost")) from None
     return checked(Plan(source=source, target=target, canary=canary, steps=parse_steps(steps),
-                        dwell_s=d, canary_dwell_s=d, limits=load_guards(guards)))
+                        dwell_s=d, canary_dwell_s=d, agent_lost_s=lost,
+                        limits=load_guards(guards)))
 
 
 class _Runner:
@@ -207,6 +224,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     steps_opt = typer.Option("1,10,25,50,100", "--steps", help="Percent on the new gateways.")
     dwell_opt = typer.Option("30s", "--dwell", help="How long each step holds its guards.")
     guards_opt = typer.Option(None, "--guards", help="YAML: guard name -> limit.")
+    lost_opt = typer.Option(None, "--agent-lost", help="How long a crosszone gateway may give "
+                            "no sign of life (status, metrics) before it is lost: drained and "
+                            f"the migration rolled back (default {DEFAULT_AGENT_LOST_S:g}s).")
     store_opt = typer.Option(None, "--store", help="Store URL (default: the deployment's, else "
                              f"CROSSZONE_STORE, else {DEFAULT_STORE}).")
     dep_opt = typer.Option(None, "--deployment", help="The deployment to migrate (YAML: "
@@ -218,10 +238,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     def plan_cmd(source: str = source_opt, target: str = target_opt,
                  canary: str | None = canary_opt, steps: str = steps_opt,
                  dwell: str = dwell_opt, guards: Path | None = guards_opt,
-                 as_json: bool = json_opt) -> None:
+                 agent_lost: str | None = lost_opt, as_json: bool = json_opt) -> None:
         """The steps and the checks at each, without changing anything."""
         try:
-            plan = make_plan(source, target, canary, steps, dwell, guards)
+            plan = make_plan(source, target, canary, steps, dwell, guards, agent_lost)
         except PlanError as exc:
             raise fail(str(exc), 2) from None
         phases = plan.describe()
@@ -258,11 +278,13 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     def start(source: str = source_opt, target: str = target_opt,
               canary: str | None = canary_opt, steps: str = steps_opt,
               dwell: str = dwell_opt, guards: Path | None = guards_opt,
+              agent_lost: str | None = lost_opt,
               store: str | None = store_opt, dep_file: Path | None = dep_opt,
               as_json: bool = json_opt) -> None:
-        """Parity check, canary, then the steps; runs until all traffic moved (or held)."""
+        """Parity check, canary, then the steps; runs until all traffic moved (or held, or
+        rolled back: a lost gateway or a guard breach, exit 0, `status` says why)."""
         try:
-            plan = make_plan(source, target, canary, steps, dwell, guards)
+            plan = make_plan(source, target, canary, steps, dwell, guards, agent_lost)
         except PlanError as exc:
             raise fail(str(exc), 2) from None
         dep = deployment(dep_file)

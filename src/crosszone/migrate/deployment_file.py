@@ -12,7 +12,8 @@ convergence:                       # optional (agent_driver's defaults)
   share_tolerance: 5               # percentage points
   window_s: 1
   timeout_s: 30
-  apply_timeout_s: null            # null: a move waits for every agent however long
+  apply_timeout_s: null            # a gateway not applying a move by then is lost (null:
+                                   # none; a silent one is lost after the plan's agent_lost_s)
 ```
 
 The crosszone gateways are driven through their agents (agent_driver.AgentDriver); the legacy

@@ -28,6 +28,12 @@ The latency baseline that `small_p99_factor` divides by (a driver's `baseline_p9
 during the canary, before the first step) is kept in the state (`baselines`) and handed back to
 the driver of a resumed runner, so it is not taken again mid-migration.
 
+A crosszone gateway lost during the migration (lost_gateways.py: its agent failed closed, went
+silent for the plan's `agent_lost_s`, or did not apply a move in time) is drained by the driver
+at once; the engine names it in the state (`lost`, a `gateway_lost` history entry, the reason)
+and rolls the migration back over the other gateways, a handled outcome like a guard breach. A
+breach the driver attributes to one gateway (`attribute`) drains that gateway the same way.
+
 Time is injected (`clock`, `sleep`) so that tests run a whole migration in milliseconds.
 """
 
@@ -68,6 +74,8 @@ RUNNER_TIMEOUT_S = leases.LEASE_TTL_S
 GUARDS_SAVE_S = 5.0
 #: The driver attribute that holds its latency baseline (ms), if it has one.
 BASELINE_ATTR = "baseline_p99_ms"
+#: The driver attribute that names the gateways it lost and drained (gateway -> why), if any.
+LOST_ATTR = "lost"
 
 
 class Refused(MigrationError):
@@ -87,7 +95,10 @@ class Driver(Protocol):
 
     Optional: a `baseline_p99_ms` attribute (the latency the `small_p99_factor` guard divides
     by). The engine stores it once the canary took it and sets it back on the driver of a
-    resumed runner (BASELINE_ATTR)."""
+    resumed runner (BASELINE_ATTR). Optional too, for lost gateways (agent_driver implements
+    them): a `lost` dict (gateway -> why, each already drained; LOST_ATTR), `check_lost(plan)`
+    (read at every tick), `attribute(plan, failed_guards)` (the one gateway a breach points
+    at: gateway -> why) and `drain(gateways)` (take those out as lost)."""
 
     def parity(self, plan: Plan) -> list[str]:
         """Why the target gateways cannot take traffic (empty: they can)."""
@@ -291,12 +302,15 @@ class Engine:
         problems = self.driver.parity(plan)
         if problems:
             raise self._refuse(problems)
+        if isinstance(getattr(self.driver, LOST_ATTR, None), dict):
+            setattr(self.driver, LOST_ATTR, {})  # a new migration: parity passed for every one
         self.state = State(state="canary", plan=plan.to_json(), since=self.clock())
         self._attached = True
         self._record("start", f"{plan.source} -> {plan.target}, steps {list(plan.steps)}")
         with self.lease.keep():
             self.driver.set_canary(plan, True)
         self._record("canary_on", f"canary VPC {plan.canary}" if plan.canary else None)
+        self._on_lost()
         return self.state
 
     def apply(self, op: str, reason: str = "operator", plan: Plan | None = None) -> State:
@@ -341,12 +355,18 @@ class Engine:
         base = s.baselines.get("small_p99_ms")
         if base is not None and hasattr(self.driver, BASELINE_ATTR):
             setattr(self.driver, BASELINE_ATTR, base)
+        if isinstance(getattr(self.driver, LOST_ATTR, None), dict):
+            setattr(self.driver, LOST_ATTR, dict(s.lost))  # they stay out of every move
         with self.lease.keep():
             self.driver.set_canary(plan, True)
             if s.state in ("shifting", "shifted", "draining") or s.weight_new:
                 self.driver.set_weight(plan, s.weight_new)
         self._attached = True
         self._record("runner_attached")
+        if not self._on_lost() and s.lost and s.state in ACTIVE:
+            # the previous runner stopped between naming a lost gateway and rolling back
+            self._rollback_all(f"the previous runner stopped while rolling back after it lost "
+                               f"{', '.join(sorted(s.lost))}: rolled back")
 
     def _keep_baseline(self, retake: bool) -> None:
         """Store the driver's latency baseline (retake: the canary's newest, before the first
@@ -385,6 +405,10 @@ class Engine:
         extra = {k: details[k] for k in MOVE_DETAILS if k in details}
         self._record(event, reason, converge_ms=round(ms, 1), **extra)
         failed, self._failed_in_move = self._failed_in_move, []
+        if event == "rollback":
+            self._new_lost()  # named; the rollback goes on over the others
+        elif self._on_lost():
+            return  # rolled back: what the guards said is moot
         if failed:
             self._breach(failed)
 
@@ -404,20 +428,63 @@ class Engine:
         self._set_weight(0, "rollback", reason)
         with self.lease.keep():
             self.driver.set_canary(s.the_plan, False)
+        self._new_lost()
         s.state, s.step, s.reason, s.paused_from = "rolled_back", 0, reason, None
         self._record("rolled_back", reason)
 
+    def _new_lost(self) -> dict[str, str]:
+        """Gateways the driver lost (and drained) that the state does not name yet: named in
+        the state (`lost`) and the history (`gateway_lost`)."""
+        lost = getattr(self.driver, LOST_ATTR, None)
+        if not isinstance(lost, dict):
+            return {}
+        s = self.state
+        new = {str(g): str(why) for g, why in lost.items() if g not in s.lost}
+        for g, why in new.items():
+            s.lost[g] = why
+            self._record("gateway_lost", f"{g}: {why}", gateway=g)
+        return new
+
+    def _on_lost(self, cause: str | None = None) -> bool:
+        """Name newly lost gateways and, while the migration is active, roll it back over the
+        other gateways (True when one was lost). Why a rollback and not a pause:
+        docs/migrate.md, "A gateway lost mid-step"."""
+        new = self._new_lost()
+        if not new:
+            return False
+        s = self.state
+        if s.state in ACTIVE:
+            names = "; ".join(f"{g} ({why})" for g, why in new.items())
+            self._rollback_all((cause + "; " if cause else "")
+                               + f"gateway lost at step {s.step} ({s.weight_new}%): {names}; "
+                               f"drained, and the traffic rolled back to the "
+                               f"{s.the_plan.source} gateways")
+        return True
+
     def _breach(self, failed: list[dict[str, Any]]) -> None:
-        """Roll back to the last good step (or all the way) and say why."""
+        """Roll back to the last good step (or all the way) and say why; a breach the driver
+        attributes to one gateway drains that gateway and rolls back (_on_lost)."""
         s = self.state
         why = "; ".join(f"{g['name']} {g['value']:g} > {g['limit']:g}" for g in failed)
         reason = f"guard breached at step {s.step} ({s.weight_new}%): {why}"
+        attribute = getattr(self.driver, "attribute", None)
+        if s.state != "canary" and attribute is not None:
+            with self.lease.keep():
+                blamed = attribute(s.the_plan, [g["name"] for g in failed])
+                if blamed:
+                    self.driver.drain(  # type: ignore[attr-defined]
+                        {g: f"the guard breach ({why}) points at it: {w}"
+                         for g, w in blamed.items()})
+            if self._on_lost(reason):
+                return
         if s.state == "canary" or s.last_good == 0:
             self._rollback_all(reason)
             return
         plan = s.the_plan
         self._set_weight(plan.steps[s.last_good - 1], "rollback_step", reason,
                          step=s.last_good)
+        if s.state not in ACTIVE:
+            return  # a gateway was lost during the step back: rolled back
         s.state, s.paused_from, s.reason, s.since = "paused", "shifting", reason, self.clock()
         self._record("pause", reason)
 
@@ -432,6 +499,12 @@ class Engine:
         if s.error or s.state not in ACTIVE:
             return s
         plan = s.the_plan
+        check_lost = getattr(self.driver, "check_lost", None)
+        if check_lost is not None:
+            with self.lease.keep():
+                check_lost(plan)
+        if self._on_lost():
+            return self.state
         with self.lease.keep():
             if s.state == "canary":
                 values = self.driver.probe_canary(plan)

@@ -17,6 +17,11 @@ from crosszone.intent import strict_yaml
 
 DEFAULT_STEPS = (1, 10, 25, 50, 100)
 DEFAULT_DWELL_S = 30.0
+#: A target gateway whose agent gave no sign of life (a status written, its metrics read) for
+#: this long is lost: drained, and the migration rolled back (migrate/lost_gateways.py). Under
+#: the 30 s heartbeat of an idle agent's status, because the runner also reads its metrics;
+#: above the few seconds a restarted agent takes to report again.
+DEFAULT_AGENT_LOST_S = 20.0
 
 #: Guard name -> (default limit, what it watches). A guard holds while value <= limit.
 GUARD_DOCS: dict[str, tuple[float, str]] = {
@@ -54,6 +59,8 @@ class Plan:
     steps: tuple[int, ...] = DEFAULT_STEPS
     dwell_s: float = DEFAULT_DWELL_S
     canary_dwell_s: float = DEFAULT_DWELL_S
+    #: seconds without a sign of life after which a crosszone gateway is lost
+    agent_lost_s: float = DEFAULT_AGENT_LOST_S
     #: every guard and canary limit by name
     limits: dict[str, float] = field(default_factory=lambda: {
         k: v[0] for k, v in (GUARD_DOCS | CANARY_DOCS).items()})

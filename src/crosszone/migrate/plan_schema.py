@@ -8,9 +8,10 @@ the store is reported instead of raising TypeError or KeyError in a runner (issu
 and 7).
 
 Rules: steps are integers, strictly increasing, in 1..100, ending at 100 (all traffic moved);
-dwells are finite numbers >= 0 (NaN and infinity are not durations); limits name every guard
-and canary check of plan.py, each a finite number >= 0; nothing else, no unknown key. Types
-are strict: "10" is not a step, true is not a number.
+dwells are finite numbers >= 0 (NaN and infinity are not durations); `agent_lost_s` (how long
+a crosszone gateway may give no sign of life before it is lost) a finite number >= 1; limits
+name every guard and canary check of plan.py, each a finite number >= 0; nothing else, no
+unknown key. Types are strict: "10" is not a step, true is not a number.
 """
 
 from __future__ import annotations
@@ -20,10 +21,19 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from crosszone.migrate.plan import CANARY_DOCS, DEFAULT_DWELL_S, DEFAULT_STEPS, GUARD_DOCS, Plan
+from crosszone.migrate.plan import (
+    CANARY_DOCS,
+    DEFAULT_AGENT_LOST_S,
+    DEFAULT_DWELL_S,
+    DEFAULT_STEPS,
+    GUARD_DOCS,
+    Plan,
+)
 from crosszone.migrate.plan import PlanError as PlanError
 
 Duration = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+#: at least a second: an agent that is alive reports a change within one
+LostAfter = Annotated[float, Field(ge=1, allow_inf_nan=False)]
 Limit = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Name = Annotated[str, Field(min_length=1, max_length=253)]
 LIMIT_NAMES = tuple(GUARD_DOCS | CANARY_DOCS)
@@ -40,6 +50,7 @@ class PlanSchema(BaseModel):
     steps: list[int] = Field(default_factory=lambda: list(DEFAULT_STEPS))
     dwell_s: Duration = DEFAULT_DWELL_S
     canary_dwell_s: Duration = DEFAULT_DWELL_S
+    agent_lost_s: LostAfter = DEFAULT_AGENT_LOST_S
     limits: dict[str, Limit] = Field(default_factory=lambda: {
         k: v[0] for k, v in (GUARD_DOCS | CANARY_DOCS).items()})
 
@@ -73,6 +84,7 @@ class PlanSchema(BaseModel):
         return Plan(source=self.source, target=self.target, canary=self.canary,
                     steps=tuple(self.steps), dwell_s=float(self.dwell_s),
                     canary_dwell_s=float(self.canary_dwell_s),
+                    agent_lost_s=float(self.agent_lost_s),
                     limits={k: float(self.limits[k]) for k in LIMIT_NAMES})
 
 

@@ -90,6 +90,8 @@ _FIELDS: dict[str, Callable[[object], bool]] = {
     "baselines": lambda x: isinstance(x, dict) and all(
         isinstance(k, str) and num(v) for k, v in x.items()),
     "moving_to": _opt(_percent),
+    "lost": lambda x: isinstance(x, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in x.items()),
 }
 
 
@@ -113,6 +115,8 @@ class State:
     #: measured before the first step and kept for the whole migration: small_p99_ms
     baselines: dict[str, float] = field(default_factory=dict)
     moving_to: int | None = None        # a weight move under way (written before it starts)
+    #: gateways lost during this migration (drained, left out of every move): gateway -> why
+    lost: dict[str, str] = field(default_factory=dict)
     #: why this stored migration cannot be used (set when read, never stored)
     error: str | None = None
 

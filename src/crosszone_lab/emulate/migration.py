@@ -110,9 +110,10 @@ class EmulatorView:
 
     def _wait(self, expect: dict[str, tuple[set[str], float | None]], what: str,
               new: set[str] | None = None, want_present: bool = False,
-              timeout: float = 30.0) -> None:
+              timeout: float = 30.0, stop: Callable[[], bool] | None = None) -> None:
         """Poll both routers' kernels (1 ms apart) until every prefix has the expected next-hop
-        devices (a superset with want_present) and, where given, the target's share."""
+        devices (a superset with want_present) and, where given, the target's share; `stop`
+        (polled) ends the wait early with an error."""
         fibs = self.fibs()
         start = self.clock()
         while True:
@@ -129,6 +130,8 @@ class EmulatorView:
                 return
             if self.clock() - start > timeout:
                 raise MigrationDriverError(f"timed out waiting for {what}: {got}")
+            if stop is not None and stop():
+                raise MigrationDriverError(f"stopped waiting for {what}: a gateway was lost")
             self.sleep(0.001)
             fibs = self.fibs()
 
@@ -167,12 +170,14 @@ def forwarded_packets(dep: Deployment, gw: Gateway) -> int:
 # ---- the product's driver on the emulator --------------------------------------------------
 
 
-def kernel_expectation(emu: EmulatorView, plan: Plan, weight_new: int, canary_on: bool
+def kernel_expectation(emu: EmulatorView, plan: Plan, weight_new: int, canary_on: bool,
+                       lost: frozenset[str] = frozenset()
                        ) -> tuple[dict[str, tuple[set[str], float | None]], set[str]]:
     """What the routers' kernels hold once a move to `weight_new` converged: prefix -> (next
     hop devices, the target's share or None), and the target's devices. The canary's prefixes
-    stay with the target while the canary is on (the steps move the others)."""
-    src, dst = emu.sides(plan)
+    stay with the target while the canary is on (the steps move the others); gateways the
+    migration lost (drained) are in neither side."""
+    src, dst = ([g for g in side if g.name not in lost] for side in emu.sides(plan))
     to_compute, to_storage = frr.gateway_prefixes(emu.dep.plan)
     canary = set(emu.canary_prefixes(plan)) if canary_on else set()
     moved = [x for x in to_compute + to_storage if x not in canary]
@@ -213,7 +218,9 @@ class EmulatedAgentDriver(AgentDriver):
         weights, from the same start (`kernel_ms`, None when they did not within
         kernel_timeout_s)."""
         assert self.emu is not None
-        expect, new = kernel_expectation(self.emu, plan, weight_new, self._canary_on)
+        expect, new = kernel_expectation(self.emu, plan, weight_new, self._canary_on,
+                                         frozenset(self.lost))
+        lost0 = len(self.lost)
         t0, wall = time.monotonic(), time.time()
         got: dict[str, float] = {}
 
@@ -225,8 +232,10 @@ class EmulatedAgentDriver(AgentDriver):
             # with sockets opened by an earlier watch thread that had ended
             emu._close_fibs()
             try:
+                # a gateway lost during the move: the kernels will not hold this move's set,
+                # and the runner rolls back at once instead of waiting out the timeout
                 emu._wait(expect, f"kernel weights of step {weight_new}%", new=new,
-                          timeout=self.kernel_timeout_s)
+                          timeout=self.kernel_timeout_s, stop=lambda: len(self.lost) > lost0)
                 got["ms"] = (time.monotonic() - t0) * 1000
             except (MigrationDriverError, OSError) as exc:
                 self.log(f"routers' kernels: {exc}")

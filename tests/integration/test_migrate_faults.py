@@ -118,12 +118,17 @@ def _start(store: str, tmp_path: Path, steps: str, dwell: str, name: str = "runn
 
 
 def _wait_state(db: SqliteStore, done: Callable[[eng.State], bool], timeout: float = 240.0,
-                poll: float = 0.05) -> eng.State:
+                poll: float = 0.05,
+                runner: tuple[subprocess.Popen[str], Path] | None = None) -> eng.State:
+    """The state once `done(state)`; fails at once when `runner` ended before."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         st = eng.read_state(db)
         if done(st):
             return st
+        if runner is not None and runner[0].poll() is not None:
+            raise AssertionError(f"the runner ended (exit {runner[0].returncode}) in state "
+                                 f"{st.state}: {runner[1].read_text()[-3000:]}")
         time.sleep(poll)
     st = eng.read_state(db)
     raise AssertionError(f"migration stuck in {st.state}: {st.reason}; "
@@ -169,7 +174,7 @@ def test_a_gray_failure_fails_the_gateway_closed_and_the_migration_names_it(
     repaired = False
     try:
         _wait_state(db, lambda s: s.state == "shifting" and s.weight_new == 25
-                    and s.moving_to is None)
+                    and s.moving_to is None, runner=(runner, out))
         time.sleep(1.0)
         t_fault = time.time_ns()
         if fault == "detached":
@@ -239,7 +244,7 @@ def test_a_gateway_killed_mid_step_ends_the_shift_and_the_runner_exits_0(
     runner, out = _start(store, tmp_path, "10,50,100", "20s")
     try:
         _wait_state(db, lambda s: s.state == "shifting" and s.weight_new == 50
-                    and s.moving_to is None)
+                    and s.moving_to is None, runner=(runner, out))
         time.sleep(1.0)
         pid = pids.read_pid(control_plane.agent_pidfile(gw))
         assert pid is not None
@@ -278,9 +283,9 @@ def test_a_runner_killed_mid_move_resumes_with_routing_and_store_agreeing(
     probe loses nothing beyond what planned moves may."""
     store, db = _store(tmp_path)
     probe = Probe(dep, tmp_path)
-    runner, _out = _start(store, tmp_path, "10,50,100", "4s")
+    runner, out = _start(store, tmp_path, "10,50,100", "4s")
     try:
-        _wait_state(db, lambda s: s.moving_to == 50, poll=0.005)
+        _wait_state(db, lambda s: s.moving_to == 50, poll=0.005, runner=(runner, out))
         runner.send_signal(signal.SIGKILL)
         runner.wait()
         t_kill = time.time()

@@ -190,6 +190,25 @@ def test_idle_agent_writes_status_only_as_a_heartbeat(setup) -> None:
     assert json.loads(store.get(STATUS + "gw-a") or b"{}")["health"] == "rejecting"
 
 
+def test_a_one_shot_agent_leaves_the_running_agents_status_alone(tmp_path: Path) -> None:
+    """`crosszone agent --once` (an upgrade's reattach beside the gateway's running agent)
+    reconciles but writes no status/<gateway>: the running agent's report (its routing mode,
+    its fast-path verdict) is what the migration's runner and parity read."""
+    store = SqliteStore(str(tmp_path / "s.db"))
+    store.put_many({INTENT + k: v for k, v in OBJS.items()})
+    running = {"health": "ok", "routing": {"mode": "managed"}}
+    store.put(STATUS + "gw-a", json.dumps(running).encode())
+    once = Agent("gw-a", store, DictSink(), IFX)
+    once.publish = False
+    assert once.step(0).mode == "full"  # type: ignore[union-attr]
+    once.report(force=True)
+    assert json.loads(store.get(STATUS + "gw-a") or b"{}") == running
+    once.publish = True  # a daemon agent does report
+    once.report(force=True)
+    assert json.loads(store.get(STATUS + "gw-a") or b"{}")["routing"]["mode"] == "off"
+    store.close()
+
+
 def test_no_status_commit_between_changes_that_stream_in(setup) -> None:
     """While every watch brings a new revision, status waits (it would delay the next one)."""
     store, _, agent, clock = setup

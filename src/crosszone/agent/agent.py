@@ -112,6 +112,10 @@ class Agent:
         self._report_lock = threading.Lock()  # the guard's thread reports too
         # where this agent's metrics are served (reported: the migration's runner reads them)
         self.metrics_address: str | None = None
+        # whether this agent writes status/<gateway>: a one-shot run (`crosszone agent --once`,
+        # an upgrade's reattach) beside the gateway's running agent must not replace that
+        # agent's report (routing mode, fast-path verdict) with its own
+        self.publish = True
         self._routing_raw: bytes | None = None  # the routing object last handed to routing
         self.counters: Callable[[], dict[str, int]] = lambda: {}
         self.occupancy: Callable[[], dict[str, int]] = lambda: {}
@@ -358,7 +362,7 @@ class Agent:
             since = self.now() - self._last_status
             due = since >= self.status_every or (state != self._last_reported and (
                 idle or since >= self.status_busy_every))
-            if not force and not due:
+            if not self.publish or (not force and not due):
                 return
             try:
                 self.store.put(STATUS + self.gateway, json.dumps(self.status()).encode())

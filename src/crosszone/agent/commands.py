@@ -21,7 +21,9 @@ def agent_cmd(
     netns: str = typer.Option("", "--netns", help="Network namespace of the interfaces."),
     metrics: str = typer.Option("127.0.0.1:9470", "--metrics",
                                 help="host:port of the Prometheus endpoint ('' = none)."),
-    once: bool = typer.Option(False, "--once", help="Reconcile once and exit."),
+    once: bool = typer.Option(False, "--once",
+                              help="Reconcile once and exit (an upgrade's reattach): the result "
+                                   "is printed; status/<gateway> stays the running agent's."),
     state_file: Path = typer.Option(None, "--state-file",
                                     help="Stable ids and last revision (default "
                                          "/run/crosszone/agent/<pin dir>.json: it lives as "
@@ -103,9 +105,13 @@ def agent_cmd(
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__("now", True))
     last = None
+    # a one-shot run reports on the terminal only: status/<gateway> and the fast path's
+    # watchdog belong to the gateway's running agent (an upgrade's reattach runs beside it)
+    agent.publish = not once
     # every 20 ms: the pinned program on every port, or the gateway fails closed (issue 25)
-    guard = fastpath_guard(agent, pins, netns or None)
-    agent.watch_fastpath(guard)
+    guard = None if once else fastpath_guard(agent, pins, netns or None)
+    if guard is not None:
+        agent.watch_fastpath(guard)
     while not stop["now"]:
         res = agent.step(timeout=0.5)
         if res is not None:
@@ -117,7 +123,8 @@ def agent_cmd(
             last = agent.health
         if once and agent.started:
             break
-    guard.stop()
+    if guard is not None:
+        guard.stop()
     agent.report(force=True)
 
 

@@ -145,6 +145,15 @@ def _agent_status(gw: topology.Gateway) -> dict[str, object]:
     return control_plane.agent_status(gw)
 
 
+def _probe_reports() -> dict[str, object]:
+    """The emulator's probes' last reports (their verdicts name each failed read)."""
+    from crosszone.migrate.probe_verdicts import PROBE
+
+    agents = SqliteStore(str(control_plane.CONTROL_DIR / "store.db"))
+    items, _ = agents.get_prefix(PROBE)
+    return {k: json.loads(v) for k, v in items.items()}
+
+
 def _back_to_legacy(dep: deploy.Deployment, store: str) -> None:
     """Leave the deployment as the next test expects it: every migration rolled back, the
     legacy gateways carrying the traffic."""
@@ -338,7 +347,7 @@ def test_two_runners_started_at_once_one_runs_the_other_refuses_naming_it(
         winner, loser = (a, b) if a.returncode == 0 else (b, a)
         assert f"pid {winner.pid}" in " ".join(texts[loser.pid].split()), texts[loser.pid]
         st = eng.read_state(db)
-        assert st.state == "shifted", st.reason
+        assert st.state == "shifted", (st.reason, _probe_reports())
         assert [h["event"] for h in st.history].count("start") == 1
         _back_to_legacy(dep, store)
     finally:

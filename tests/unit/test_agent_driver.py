@@ -177,6 +177,43 @@ def test_a_step_waits_for_every_agent_then_for_the_traffic_share(world: World) -
     assert [c[0] for c in world.calls[-2:]] == ["drain", "drain"]
 
 
+@pytest.mark.parametrize("move", ["canary_on", "full_weight"])
+def test_the_source_lets_go_only_after_the_target_applied_and_the_routers_settled(
+        world: World, move: str) -> None:
+    """Make-before-break across the two sides: the legacy gateways withdraw the canary's
+    prefixes (canary on) or drain (the 100 % step) only once every agent reported its object
+    applied, and `announce_settle_s` later (the routers' BGP taking the announcement)."""
+    drv = _driver(world, announce_settle_s=1.5)
+    assert drv.parity(PLAN) == []
+    seen: list[tuple[str, float, dict[str, object]]] = []
+    legacy = drv.legacy
+    for verb in ("withdraw", "drain"):
+        real = getattr(legacy, verb)
+
+        def spy(gateway: str, *a: object, _real=real, _verb=verb) -> None:
+            seen.append((_verb, world.t, {g: world.applied[g] for g in AGENTS}))
+            _real(gateway, *a)
+        setattr(legacy, verb, spy)
+    if move == "canary_on":
+        t0, verb = world.t, "withdraw"
+        drv.set_canary(PLAN, True)
+        written = routing.read_all(world.store)
+    else:
+        drv.set_canary(PLAN, True)
+        drv.set_weight(PLAN, 50)
+        t0, verb = world.t, "drain"
+        drv.set_weight(PLAN, 100)
+        written = routing.read_all(world.store)
+    acts = [x for x in seen if x[0] == verb and x[1] >= t0]
+    assert len(acts) == len(LEGACY), seen
+    for _verb, t, applied in acts:
+        # every agent held its newest object when the source side let go...
+        assert all(applied[g] is not None and applied[g].revision == written[g].revision
+                   for g in AGENTS), (applied, written)
+        # ...and the routers had the settle time on top
+        assert t - t0 >= 1.5
+
+
 def test_a_killed_agent_holds_the_step_until_it_is_back(world: World) -> None:
     drv = _driver(world, log_every_s=1.0)
     said: list[str] = []

@@ -267,6 +267,13 @@ class AgentDriver:
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
+    #: between the agents' report that FRR holds a move's announcement and the source side's
+    #: withdrawal, drain or canary hand-over, for the routers' BGP to take the announcement (a
+    #: withdrawal took 126 to 364 ms from a gateway's bgpd to a router's kernel, measured for
+    #: docs/routing.md, "Fail closed"; an announcement travels the same way). A source that
+    #: stopped as soon as the objects were written black-holed the canary VPC for about a
+    #: second at `canary_on` on the emulator, which failed a canary probe round
+    announce_settle_s: float = 1.0
     log: Callable[[str], None] = lambda _m: None
     #: called while a move waits (the runner's heartbeat: a long wait is not a dead runner)
     beat: Callable[[], None] = lambda: None
@@ -570,14 +577,18 @@ class AgentDriver:
         return list(sides.legacy if sides.agents_are_target else sides.agents)
 
     def _perform(self, move: Move, what: str) -> tuple[float, float]:
-        """The legacy actions before, the agents' routing objects (one transaction), the
-        legacy actions after; then wait until every agent applied its object. Returns the
-        clock when the last action was taken and when the last agent had applied."""
+        """The legacy actions before, the agents' routing objects (one transaction); once
+        every agent applied its object and the routers had `announce_settle_s` to take the
+        announcement, the legacy actions after (make-before-break: the canary's prefixes,
+        a drain or a withdrawal on the source side only follow the target's announcement).
+        Returns the clock when the objects were written and when the move was complete."""
         self._legacy(move.before)
         wanted = self._write_states(move)
-        self._legacy(move.after)
         announced = self.clock()
         self._wait_applied(wanted, what)
+        if move.after:
+            self.sleep(self.announce_settle_s)
+            self._legacy(move.after)
         return announced, self.clock()
 
     def _legacy(self, actions: tuple[LegacyAction, ...]) -> None:

@@ -34,6 +34,7 @@ from test_agent_routing import ROUTER_CONF, VPC_A, Lab, _intent
 
 from crosszone.abi.objects import BUILD_DIR
 from crosszone.agent.agent import Agent, fastpath_guard
+from crosszone.agent.fastpath_guard import PortForwarding
 from crosszone.agent.frr_apply import FrrReloadApplier, FrrTarget
 from crosszone.agent.frr_vty import run_commands
 from crosszone.agent.routing_owner import RoutingOwner
@@ -124,6 +125,14 @@ def test_a_detached_or_replaced_fast_path_fails_closed_and_recovers(lab: Lab,
             for ifindex in ports.values():
                 xdp_attach(ifindex, prog.fd)
         guard = fastpath_guard(agent, pin, lab.gw_ns)
+        agent.port_forwarding = PortForwarding()  # as `crosszone agent` has it
+
+        def forwarding() -> dict[str, str]:  # each port's, read inside the gateway's namespace
+            return {n: sh("ip", "netns", "exec", lab.gw_ns, "cat",
+                          f"/proc/sys/net/ipv4/conf/{n}/forwarding").stdout.strip()
+                    for n in ("c0", "s0")}
+        sh("ip", "netns", "exec", lab.gw_ns, "sysctl", "-qw", "net.ipv4.conf.c0.forwarding=1",
+           "net.ipv4.conf.s0.forwarding=1")
         agent.watch_fastpath(guard)
         _until("the first check", lambda: agent.fastpath is not None, 5)
         assert agent.fastpath is not None and agent.fastpath.ok, agent.message
@@ -153,6 +162,10 @@ def test_a_detached_or_replaced_fast_path_fails_closed_and_recovers(lab: Lab,
             assert st["fastpath"]["attached"]["s0"] == prog.id
             assert f" neighbor {'10.77.0.1'} shutdown" in lab.gw.vtysh(
                 "show running-config bgpd")
+            # the ports forward nothing through the kernel either (in the gateway's namespace,
+            # written from the guard's thread there), and forward again once the program is back
+            assert forwarding() == {"c0": "0", "s0": "0"}, forwarding()
+            assert "kernel forwarding off on c0, s0" in agent.message
             # the program back: announced again
             t1 = time.monotonic()
             with in_netns(lab.gw_ns):
@@ -163,6 +176,7 @@ def test_a_detached_or_replaced_fast_path_fails_closed_and_recovers(lab: Lab,
             figures[fault]["routes_back_ms"] = round((back - t1) * 1000, 1)
             st = json.loads(store.get(STATUS + "gw-t") or b"{}")
             assert st["health"] == "ok" and st["fastpath"]["ok"] is True, st
+            assert forwarding() == {"c0": "1", "s0": "1"}, forwarding()
         assert agent.metrics.fail_closed._value.get() == 2
         assert agent.metrics.fail_closed_recoveries._value.get() == 2
         print(json.dumps({"fail_closed": figures, "period_ms": guard.period * 1000}))

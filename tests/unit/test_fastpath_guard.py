@@ -22,7 +22,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from crosszone.agent.agent import Agent, gateway_ports
-from crosszone.agent.fastpath_guard import GONE, NO_PIN, FastPathGuard, Report
+from crosszone.agent.fastpath_guard import GONE, NO_PIN, FastPathGuard, PortForwarding, Report
 from crosszone.agent.frr_apply import routing_delta
 from crosszone.agent.routing_owner import RoutingOwner
 from crosszone.compile.diff import DictSink
@@ -162,6 +162,45 @@ def test_the_program_back_announces_again(gw) -> None:
     text = generate_latest(agent.metrics.registry).decode()
     assert "crosszone_fail_closed_recoveries_total 1.0" in text
     assert 'crosszone_fastpath_attached{interface="storage0"} 1.0' in text
+
+
+def test_the_ports_stop_forwarding_in_the_kernel_first_and_forward_as_before_after(
+        gw, tmp_path: Path) -> None:
+    """Failed closed, the gateway's ports forward nothing through the kernel either (the
+    routers' data-plane checks then fail as for a drop-all), before BGP is shut; once the
+    program is back each port gets its own earlier value, before the neighbours open."""
+    store, agent, _owner, _applier, _fast, ports, guard, log = gw
+    conf = tmp_path / "conf"
+    for port, old in (("compute0", "1"), ("storage0", "2")):
+        (conf / port).mkdir(parents=True)
+        (conf / port / "forwarding").write_text(old + "\n")
+    pf = PortForwarding(conf)
+    real_off, real_restore = pf.off, pf.restore
+    pf.off = lambda ports_: (log.events.append(("fwd-off", ports_)), real_off(ports_))[1]  # type: ignore[method-assign]
+    pf.restore = lambda: (log.events.append(("fwd-on", None)), real_restore())[1]  # type: ignore[method-assign]
+    agent.port_forwarding = pf
+    guard.check()
+    ports.attached["compute0"] = 0
+    guard.check()
+    kinds = [k for k, _ in log.events]
+    assert kinds.index("fwd-off") < kinds.index("fast")  # before the BGP shutdown
+    assert {p: (conf / p / "forwarding").read_text() for p in ("compute0", "storage0")} == \
+        {"compute0": "0", "storage0": "0"}
+    assert "kernel forwarding off on compute0, storage0" in _status(store)["message"]
+    ports.attached["compute0"] = PROG
+    guard.check()
+    assert agent.health == "ok"
+    assert [(conf / p / "forwarding").read_text() for p in ("compute0", "storage0")] == \
+        ["1", "2"]
+    after = [k for k, _ in log.events][len(kinds):]
+    assert "fwd-on" in after and "frr" in after[after.index("fwd-on"):]  # then BGP opens
+    assert pf.saved == {}
+    # a port that cannot be written is said, the others still go off
+    (conf / "storage0" / "forwarding").unlink()
+    ports.attached["compute0"] = 0
+    guard.check()
+    assert "kernel forwarding not changed on storage0" in agent.message
+    assert (conf / "compute0" / "forwarding").read_text() == "0"
 
 
 def test_a_new_pinned_program_is_followed(gw) -> None:

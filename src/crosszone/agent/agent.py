@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from crosszone.abi.reasons import Reason
-from crosszone.agent.fastpath_guard import FastPathGuard, Report
+from crosszone.agent.fastpath_guard import FastPathGuard, PortForwarding, Report
 from crosszone.agent.metrics import AgentMetrics, FastPathCollector
 from crosszone.agent.reconcile import Applied, Reconciler
 from crosszone.agent.routing_owner import RoutingOwner
@@ -107,6 +107,8 @@ class Agent:
         self._health, self._message = "starting", ""
         # the fast path's watchdog (None: not watched) and its last change of outcome
         self.guard: FastPathGuard | None = None
+        # the ports' kernel forwarding, turned off while failed closed (None: left alone)
+        self.port_forwarding: PortForwarding | None = None
         self.fastpath: Report | None = None
         self._closed_message = ""
         self._report_lock = threading.Lock()  # the guard's thread reports too
@@ -166,10 +168,14 @@ class Agent:
                 1 if pid == report.expected else 0)
         if not report.ok and not was:
             self.metrics.fail_closed.inc()
+            # first the kernel path (the routers' data-plane checks fail at once), then BGP
+            forwarding = (self.port_forwarding.off(list(report.attached))
+                          if self.port_forwarding is not None else "")
             action = (self.routing.fail_closed() if self.routing is not None else
                       "routing is off in this agent (--no-routing): cannot withdraw, the "
                       "operator must take this gateway out")
-            self._closed_message = f"{report.problem()}; {action}"
+            self._closed_message = "; ".join(x for x in (report.problem(), forwarding, action)
+                                             if x)
             self.fastpath = report
             log.error("gateway %s: failed closed: %s", self.gateway, self._closed_message)
             self.report(force=True)  # the runner reads this at once
@@ -181,6 +187,10 @@ class Agent:
             return
         if report.ok and was:
             self.fastpath = report
+            unrestored = (self.port_forwarding.restore() if self.port_forwarding is not None
+                          else "")
+            if unrestored:
+                log.error("gateway %s: %s", self.gateway, unrestored)
             said = self.routing.reopen() if self.routing is not None else ""
             self.metrics.fail_closed_recoveries.inc()
             log.warning("gateway %s: the fast path is back (program id %d on %s)%s",

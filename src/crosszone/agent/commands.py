@@ -111,6 +111,9 @@ def agent_cmd(
     # every 20 ms: the pinned program on every port, or the gateway fails closed (issue 25)
     guard = None if once else fastpath_guard(agent, pins, netns or None)
     if guard is not None:
+        from crosszone.agent.fastpath_guard import PortForwarding
+
+        agent.port_forwarding = PortForwarding()  # written from the guard's thread, in netns
         agent.watch_fastpath(guard)
     while not stop["now"]:
         res = agent.step(timeout=0.5)

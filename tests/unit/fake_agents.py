@@ -48,6 +48,8 @@ class World:
         self.fwd: dict[str, float] = dict.fromkeys(AGENTS + LEGACY, 0.0)
         self.calls: list[tuple[str, str, int | None]] = []
         self.bgp_down: set[str] = set()
+        #: agents whose reader has no answer from FRR (their metrics carry no session)
+        self.no_reading: set[str] = set()
         self.drops: dict[str, int] = dict.fromkeys(AGENTS, 0)
         self.slow: set[str] = set()
         self.ecmp_only = False
@@ -102,15 +104,16 @@ class World:
         if gw in self.slow:
             raise ScrapeError(f"{address}: timed out", slow=True)
         state = "Idle" if gw in self.bgp_down else "Established"
+        sessions = "" if gw in self.no_reading else (
+            f'crosszone_bgp_session_up{{peer="10.9.0.1",state="{state}"}} '
+            f'{0 if gw in self.bgp_down else 1}\n'
+            'crosszone_bfd_session_up{peer="10.9.0.1"} 1\n')
         return (f'crosszone_verdicts_total{{reason="fwd_to_storage",verdict="forward"}} '
                 f'{int(self.fwd[gw])}\n'
                 f'crosszone_verdict_bytes_total{{reason="fwd_to_storage",verdict="forward"}} '
                 f'{int(self.fwd[gw] * FRAME)}\n'
                 f'crosszone_verdicts_total{{reason="drop_no_route",verdict="drop"}} '
-                f'{self.drops[gw]}\n'
-                f'crosszone_bgp_session_up{{peer="10.9.0.1",state="{state}"}} '
-                f'{0 if gw in self.bgp_down else 1}\n'
-                'crosszone_bfd_session_up{peer="10.9.0.1"} 1\n')
+                f'{self.drops[gw]}\n' + sessions)
 
     # the routers: each gateway's share of the traffic
     def paths(self) -> dict[str, float | None]:

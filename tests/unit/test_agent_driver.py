@@ -417,17 +417,20 @@ def test_a_guard_that_fails_while_a_step_waits_for_its_share_ends_the_wait(world
     assert drv.guard_check is None  # only during a step's move
 
 
-def test_parity_reads_a_session_down_again_before_refusing(world: World) -> None:
-    # an agent's last reading still says down right after the sessions came up: read again
+@pytest.mark.parametrize("first", ["down", "no reading"])
+def test_parity_reads_a_session_down_again_before_refusing(world: World, first: str) -> None:
+    # an agent's last reading still says down right after the sessions came up, or its reader
+    # had no answer from FRR yet: read again
     drv = _driver(world)
-    world.bgp_down.add("xgw1")
+    hide = world.bgp_down if first == "down" else world.no_reading
+    hide.add("xgw1")
     t0 = world.t
     real_sleep = world.sleep
 
     def sleep(s: float) -> None:
         real_sleep(s)
         if world.t - t0 > 3:
-            world.bgp_down.discard("xgw1")  # the agent's next reading sees it up
+            hide.discard("xgw1")  # the agent's next reading sees it up
     drv.sleep = sleep
     assert drv.parity(PLAN) == [] and 3 < world.t - t0 < drv.session_settle_s
     # down for good: refused once the settle time is over, naming the session

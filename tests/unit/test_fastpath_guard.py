@@ -134,7 +134,7 @@ def test_a_detached_or_replaced_program_fails_closed(gw, attached: int, says: st
     assert st["fastpath"]["attached"] == {"compute0": attached, "storage0": PROG}
     assert st["routing"]["shutdown"] is True
     text = generate_latest(agent.metrics.registry).decode()
-    assert 'crosszone_fastpath_attached{interface="compute0"} 0.0' in text
+    assert 'crosszone_fastpath_own_program{interface="compute0"} 0.0' in text
     assert "crosszone_fail_closed_total 1.0" in text
     # the reconcile loop's next revision does not clear it, nor open the neighbours
     agent.step(0)
@@ -161,7 +161,7 @@ def test_the_program_back_announces_again(gw) -> None:
     assert st["routing"]["shutdown"] is False
     text = generate_latest(agent.metrics.registry).decode()
     assert "crosszone_fail_closed_recoveries_total 1.0" in text
-    assert 'crosszone_fastpath_attached{interface="storage0"} 1.0' in text
+    assert 'crosszone_fastpath_own_program{interface="storage0"} 1.0' in text
 
 
 def test_the_ports_stop_forwarding_in_the_kernel_first_and_forward_as_before_after(
@@ -354,3 +354,23 @@ def test_a_shutdown_line_goes_the_direct_path() -> None:
     back = routing_delta(new, old)
     assert back is not None
     assert "no neighbor 10.9.0.1 shutdown" in back.commands()
+
+
+def test_an_agents_scrape_names_each_metric_family_once(gw) -> None:
+    """The watchdog's gauges beside the routing reader's (which has its own
+    `crosszone_fastpath_attached{device}`): one HELP line per family, or Prometheus rejects the
+    whole scrape."""
+    from crosszone.agent.routing import RoutingCollector
+
+    _store, agent, _owner, _applier, _fast, ports, guard, _log = gw
+    links = '[{"ifname": "compute0", "xdp": {"prog": {"id": 41}}}]'
+    sessions = RoutingCollector(None, None, run=lambda argv: links)
+    agent.metrics.registry.register(sessions)
+    guard.check()
+    ports.attached["compute0"] = 0
+    guard.check()
+    text = generate_latest(agent.metrics.registry).decode()
+    helps = [line.split()[2] for line in text.splitlines() if line.startswith("# HELP ")]
+    assert len(helps) == len(set(helps)), sorted(h for h in helps if helps.count(h) > 1)
+    assert 'crosszone_fastpath_attached{device="compute0"} 1.0' in text
+    assert 'crosszone_fastpath_own_program{interface="compute0"} 0.0' in text

@@ -15,7 +15,7 @@ collector that reads them at scrape time (no copy in Python goes stale):
 
 The agent's own state is ordinary metrics: applied revision, reconcile latency (histogram,
 seconds), rejected revisions, store reachability, and the fast path's watchdog:
-crosszone_fastpath_attached{interface} (0/1), crosszone_fail_closed_total and
+crosszone_fastpath_own_program{interface} (0/1), crosszone_fail_closed_total and
 crosszone_fail_closed_recoveries_total.
 """
 
@@ -160,7 +160,7 @@ class AgentMetrics:
         self.store_errors = Counter("crosszone_store_errors", "Failed store calls", registry=r)
         # the fast path's watchdog (fastpath_guard): a gray failure fails closed
         self.fastpath_attached = Gauge(
-            "crosszone_fastpath_attached", "1 if the interface runs the XDP program the agent "
+            "crosszone_fastpath_own_program", "1 if the interface runs the XDP program the agent "
             "loaded (checked every 20 ms)", ["interface"], registry=r)
         self.fail_closed = Counter(
             "crosszone_fail_closed", "Times the gateway failed closed: a port lost the fast "

@@ -63,7 +63,7 @@ def agent_cmd(
         ifindex_in,
     )
     from crosszone.agent.frr_apply import FrrTarget
-    from crosszone.agent.routing import RoutingCollector
+    from crosszone.agent.routing import RoutingCollector, vty_asker
     from crosszone.agent.routing_owner import routing_owner
     from crosszone.fastpath.deploy import pinned_maps
     from crosszone.fastpath.sink import MapSink
@@ -92,8 +92,10 @@ def agent_cmd(
     agent = Agent(gateway, st, sink, ifindex_in(netns or None),
                   state_file=state_file or default_state_file(pins), read_actual=sink.read)
     fastpath_hooks(agent, maps)
-    sessions = RoutingCollector(target.vtysh() if routing or frr_vty else None, netns or None)
-    sessions.start()  # read in its own thread: a scrape never waits for vtysh
+    frr = routing or frr_vty
+    sessions = RoutingCollector(None, netns or None,
+                                ask=vty_asker(target.sockets) if frr else None)
+    sessions.start()  # read in its own thread: a scrape never waits for FRR
     agent.metrics.registry.register(sessions)
     if routing:
         agent.routing = routing_owner(gateway, target, sessions.snapshot)

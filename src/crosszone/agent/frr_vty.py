@@ -8,8 +8,9 @@ NUL-terminated string; the daemon answers with its output followed by three NUL 
 status byte (0: CMD_SUCCESS). A new connection starts in the view node, so `enable` comes first.
 One command takes well under a millisecond.
 
-Used only by the fast path's fail-closed (routing_owner.fail_closed): everything else goes
-through frr_apply (frr-reload.py and vtysh), which also persists the configuration file.
+Used by the fast path's fail-closed (routing_owner.fail_closed) and by the agent's reading of
+its BGP and BFD sessions (routing.vty_asker: vtysh took up to 2 s per call on a loaded box);
+configuration goes through frr_apply (frr-reload.py and vtysh), which also persists the file.
 """
 
 from __future__ import annotations

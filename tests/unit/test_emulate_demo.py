@@ -185,6 +185,23 @@ def test_bfdd_runs_real_time_and_the_workload_below_the_network() -> None:
         p, p.storage_nodes[0])
 
 
+def test_the_storage_nodes_priority_is_the_topologys() -> None:
+    """`storage.nice` sets the nginx worker's priority (the policy topology runs it at 0, the
+    others at the workload's nice); a value outside -20..19 is refused, naming the field."""
+    policy = topology.plan(topology.load(demo.POLICY_TOPOLOGY))
+    assert policy.spec.storage.nice == 0
+    assert "worker_priority 0;" in storage.nginx_config(policy, policy.storage_nodes[0])
+    base = topology.plan(topology.load(topology.DEFAULT_TOPOLOGY))
+    assert base.spec.storage.nice == runner.WORKLOAD_NICE
+    vpcs = [{"name": "a", "vni": 1001, "prefix": "192.168.0.0/16",
+             "storage_facing": "100.64.0.0/16"}]
+    p = topology.plan(topology.parse({"vpcs": vpcs, "storage": {"nice": -5}}))
+    assert "worker_priority -5;" in storage.nginx_config(p, p.storage_nodes[0])
+    for bad in (20, -21, "0", 1.5):
+        with pytest.raises(topology.TopologyError, match="nice"):
+            topology.parse({"vpcs": vpcs, "storage": {"nice": bad}})
+
+
 def test_policy_rows_take_the_queues_and_policy_of_the_policy_topology() -> None:
     base = topology.plan(topology.load(topology.DEFAULT_TOPOLOGY))
     source = topology.load(demo.POLICY_TOPOLOGY)

@@ -16,7 +16,6 @@ from pathlib import Path
 from crosszone.linux.links import full_checksums
 from crosszone.linux.netns import Cmd, Op, WriteFile, in_ns
 from crosszone_lab.emulate.topology import RUN_DIR, Plan, StorageNode
-from crosszone_lab.workload.runner import WORKLOAD_NICE
 
 HTTP_PORT = 80
 
@@ -40,8 +39,8 @@ def nginx_config(p: Plan, node: StorageNode) -> str:
 user root;
 worker_processes 1;
 # The storage nodes stand for other machines: below the emulated network in priority, like the
-# workload (crosszone_lab.workload.runner.WORKLOAD_NICE says why).
-worker_priority {WORKLOAD_NICE};
+# workload, unless the topology says otherwise (`storage.nice`; runner.WORKLOAD_NICE says why).
+worker_priority {p.spec.storage.nice};
 daemon on;
 pid {d}/nginx.pid;
 error_log {d}/error.log warn;

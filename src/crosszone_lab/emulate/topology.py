@@ -30,7 +30,7 @@ from crosszone.intent.schema import Policy
 from crosszone.linux.links import Link
 from crosszone_lab.emulate import kinds
 from crosszone_lab.emulate.queues import QueueSpec
-from crosszone_lab.workload.runner import Targets, WorkerEndpoint
+from crosszone_lab.workload.runner import WORKLOAD_NICE, Targets, WorkerEndpoint
 
 
 def _instance() -> str:
@@ -138,6 +138,12 @@ class StorageSpec(_Strict):
     shards: int = Field(default=8, ge=1, le=1024, strict=True)
     shard_size_mib: int = Field(default=64, ge=1, le=65536, strict=True)
     checkpoint_max_mib: int = Field(default=64, ge=1, le=4096, strict=True)
+    # The nginx worker's nice value. By default the storage nodes yield to the emulated network
+    # like the workload's bulk processes (runner.WORKLOAD_NICE says why). With shaped ports
+    # (`queues:`) the links bound what bulk traffic can ask of the CPU, and a niced worker
+    # answering the small requests waits behind the bulk processes' CPU time instead
+    # (docs/policy.md, "The storage nodes' priority"): the policy topology runs it at 0.
+    nice: int = Field(default=WORKLOAD_NICE, ge=-20, le=19, strict=True)
 
 
 class BfdSpec(_Strict):

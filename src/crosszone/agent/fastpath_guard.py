@@ -26,7 +26,7 @@ writes its status at once; a match again brings it back (forwarding as it was, t
 Why the forwarding too: a port without the fast path hands transit packets to the kernel, which
 forwards what it can. That is what keeps a gray failure gray: a router's data-plane check through
 the gateway (BFD echo, or the emulated routers' fast reroute, whose ICMP echoes cross the
-gateway) still passes, so only the BGP shutdown takes the gateway out, in 80 to 120 ms of the
+gateway) still passes, so only the BGP shutdown takes the gateway out, in 78 to 116 ms of the
 routers' bgpd and zebra. With the ports forwarding nothing the check fails like it does for a
 drop-all, and the routers move the traffic in their detection time (12 to 15 ms measured for a
 drop-all on the emulator). The gateway's own BGP, BFD, ARP and ND are local traffic, untouched.

@@ -294,6 +294,8 @@ def test_the_cli_command_is_registered_and_refuses_a_public_address() -> None:
     # the address is checked first, root or not (and before the state is read)
     res = runner.invoke(cli.app, ["emulate", "queue-metrics", "--listen", "0.0.0.0:18488"])
     assert res.exit_code == 2 and "loopback only" in " ".join(res.output.split()), res.output
+    res = runner.invoke(cli.app, ["emulate", "queue-metrics", "--listen", "[red]x:1"])
+    assert res.exit_code == 2 and "'[red]x:1'" in res.output, res.output  # shown, not markup
 
 
 def test_serve_answers_at_once_and_a_real_failing_tc_exports_nothing() -> None:

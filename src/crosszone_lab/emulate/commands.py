@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from crosszone.linux import netns, pids
@@ -193,7 +194,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             _need_root()
             ports, names = _deployment_queues()
         except ValueError as exc:
-            Console(stderr=True).print(f"[red]queue-metrics:[/red] {exc}")
+            Console(stderr=True).print(f"[red]queue-metrics:[/red] {escape(str(exc))}")
             raise typer.Exit(2) from None
         halt = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: halt.set())

@@ -32,13 +32,30 @@ MIGRATION = {"state": "shifting", "step": 3, "weight_new": 25,
                         {"name": "bfd", "value": 1, "limit": 0, "ok": False}]}
 
 
+#: what Prometheus answers where something exports crosszone_queue_* (the emulator's queue
+#: exporter): per port group and class, bit/s, drops/s and backlog bytes
+QUEUES = {
+    "crosszone:queue_bits:rate10s": [({"group": "hosts", "class": "bulk"}, "3.8e7"),
+                                     ({"group": "hosts", "class": "small"}, "1.2e6"),
+                                     ({"group": "hosts", "class": "default"}, "0")],
+    "crosszone:queue_drops:rate10s": [({"group": "hosts", "class": "bulk"}, "41.5"),
+                                      ({"group": "hosts", "class": "small"}, "0"),
+                                      ({"group": "hosts", "class": "default"}, "0")],
+    "crosszone:queue_backlog_bytes:sum": [({"group": "hosts", "class": "bulk"}, "1048576"),
+                                          ({"group": "hosts", "class": "small"}, "1514"),
+                                          ({"group": "hosts", "class": "default"}, "0")],
+}
+
+
 class FakeProm:
-    """Answers the dashboard's queries from tables; `fail` makes every query fail."""
+    """Answers the dashboard's queries from tables; `fail` makes every query fail; `queues`
+    adds the queue exporter's series."""
 
     url = "http://prom.test"
 
-    def __init__(self, fail: bool = False) -> None:
+    def __init__(self, fail: bool = False, queues: bool = False) -> None:
         self.fail = fail
+        self.queues = queues
         self.asked: list[str] = []
 
     def range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
@@ -66,6 +83,8 @@ class FakeProm:
                     {"metric": {"vpc": "blue", "class": "bulk"}, "values": [[end, "2700"]]}]
         if expr == "crosszone:rate_drops:rate5s":
             return [{"metric": {"vpc": "blue"}, "values": [[end, "4"]]}]
+        if self.queues and expr in QUEUES:
+            return [{"metric": m, "values": [[end - step, "7"], [end, v]]} for m, v in QUEUES[expr]]
         return []
 
     def instant(self, expr: str) -> list[dict[str, Any]]:
@@ -134,6 +153,31 @@ def test_snapshot_with_prometheus(store) -> None:
     assert a["bfd"]["up"] == 1 and a["attached"] == {"c0": True, "s0": True}
     assert a["scraped"] is True and b["scraped"] is False and b["bgp"] is None
     assert doc["migration"] == {"state": "none"}
+
+
+def test_snapshot_carries_the_queues_per_group_and_class(store) -> None:
+    doc = dashboard.snapshot(_status(), store, FakeProm(queues=True), None,  # type: ignore[arg-type]
+                             window=60, step=2, now=lambda: T0)
+    s = doc["series"]
+    bits = {(x["group"], x["class"]): x["values"] for x in s["queue_bits"]}
+    assert set(bits) == {("hosts", "bulk"), ("hosts", "small"), ("hosts", "default")}
+    assert bits[("hosts", "bulk")][-2:] == [7.0, 3.8e7]
+    assert dashboard.latest(s["queue_drops"])[0] == {"group": "hosts", "class": "bulk",
+                                                     "value": 41.5}
+    backlog = {(x["group"], x["class"]): x["value"] for x in dashboard.latest(s["queue_backlog"])}
+    assert backlog[("hosts", "bulk")] == 1048576.0 and backlog[("hosts", "default")] == 0.0
+
+
+def test_snapshot_without_queue_series_has_an_empty_queue_section(store) -> None:
+    prom = FakeProm()
+    doc = dashboard.snapshot(_status(), store, prom, None, now=lambda: T0)  # type: ignore[arg-type]
+    assert "crosszone:queue_bits:rate10s" in prom.asked  # asked, nothing there
+    assert doc["prometheus"]["ok"]
+    assert doc["series"]["queue_bits"] == doc["series"]["queue_drops"] == []
+    assert doc["series"]["queue_backlog"] == []
+    failed = dashboard.snapshot(_status(), store, FakeProm(fail=True, queues=True), None,  # type: ignore[arg-type]
+                                now=lambda: T0)
+    assert failed["series"]["queue_bits"] == []
 
 
 def test_snapshot_when_prometheus_fails(store) -> None:
@@ -274,6 +318,56 @@ def test_top_renders_the_figures(store) -> None:
     assert "blue bulk 32.000 2,700 4.0" in out and "blue small 1.500 900 4.0" in out
     assert "gw-a ok 6 1/2 up 1/1 up attached (c0, s0)" in out
     assert "3 (behind)" in out and "step 3" in out and "25 %" in out and "TRIPPED" in out
+
+
+def _screen(doc: dict[str, Any]) -> str:
+    console = Console(record=True, width=160)
+    console.print(top.render(doc))
+    return re.sub(r"[\s│┃]+", " ", console.export_text())  # cells apart by one space
+
+
+def test_top_renders_the_queues_per_class(store) -> None:
+    doc = dashboard.snapshot(_status(), store, FakeProm(queues=True), None,  # type: ignore[arg-type]
+                             now=lambda: T0)
+    out = _screen(doc)
+    assert "queues per class, now" in out
+    assert "group class Mbit/s drops/s backlog KiB" in out
+    # in the order the queues serve them: small, default, bulk
+    assert "hosts small 1.200 0.0 1.5 hosts default 0.000 0.0 0.0 hosts bulk 38.000 41.5 1,024.0" \
+        in out
+    assert top.queue_rows(doc)[("hosts", "bulk")] == {"mbps": 38.0, "drops": 41.5,
+                                                      "backlog_kib": 1024.0}
+
+
+def test_top_leaves_the_queue_table_out_without_queue_series(store) -> None:
+    doc = dashboard.snapshot(_status(), store, FakeProm(), None,  # type: ignore[arg-type]
+                             now=lambda: T0)
+    assert top.queue_table(doc) is None
+    assert "queues per class" not in _screen(doc)
+    assert "per traffic class, now" in _screen(doc)
+
+
+def test_top_escapes_queue_names_from_prometheus(store) -> None:
+    """Group and class come from whatever exports the series (a switch): markup in them is
+    shown, never read."""
+    doc = dashboard.snapshot(_status(), store, FakeProm(), None,  # type: ignore[arg-type]
+                             now=lambda: T0)
+    doc["series"]["queue_bits"] = [{"group": "[red]sw1", "class": "[/]x", "values": [8e6]}]
+    assert "[red]sw1 [/]x 8.000" in _screen(doc)
+
+
+def test_the_page_shows_the_queue_table_only_with_queue_series() -> None:
+    page = (STATIC / "dashboard.html").read_text()
+    section = page[page.index('<section id="queues-section"'):]
+    section = section[:section.index("</section>")]
+    assert " hidden>" in section.splitlines()[0] and '<table id="queues">' in section
+    script = (STATIC / "dashboard.js").read_text()
+    body = script[script.index("function drawQueues"):]
+    body = body[:body.index("\n}\n")]
+    for key in ("queue_bits", "queue_drops", "queue_backlog"):
+        assert f"doc.series.{key}" in body
+    assert 'getElementById("queues-section").hidden = sorted.length === 0' in body
+    assert "drawQueues(doc);" in script
 
 
 @pytest.mark.parametrize("record", [

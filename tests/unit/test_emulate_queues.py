@@ -167,9 +167,84 @@ class htb 1:12e parent 1:1 leaf 8a13: prio 0 rate 35600Kbit ceil 40Mbit burst 15
 
 def test_class_stats_from_tc_text() -> None:
     stats = queues.class_stats(TC_CLASSES)
-    assert stats["1:12e"] == {"bytes": 11436508, "packets": 9617, "drops": 18}
+    assert stats["1:12e"] == {"bytes": 11436508, "packets": 9617, "drops": 18,
+                              "backlog_bytes": 0}
     assert stats["1:1"]["packets"] == 50236
     assert queues.class_stats("") == {}
+
+
+# `tc -s class show dev h1` (iproute2 6.1) on a shaped port under load: htb's own lines
+# (lended, tokens) between the classes, a backlog in bytes, one tc rounded to KiB, and a class
+# with a rate estimator, whose backlog follows the rate on the same line.
+TC_LOADED = """class htb 1:1 root rate 40Mbit ceil 40Mbit burst 1600b cburst 1600b
+ Sent 98127734 bytes 65519 pkt (dropped 0, overlimits 51230 requeues 0)
+ backlog 0b 0p requeues 0
+ lended: 20016 borrowed: 0 giants: 0
+ tokens: -4875 ctokens: -4875
+
+class htb 1:12e parent 1:1 leaf 8013: prio 0 rate 35600Kbit ceil 40Mbit burst 1593b cburst 1600b
+ Sent 2411852 bytes 4102 pkt (dropped 0, overlimits 113 requeues 0)
+ backlog 1514b 1p requeues 0
+ lended: 4102 borrowed: 0 giants: 0
+ tokens: 5301 ctokens: 4812
+
+class htb 1:200 parent 1:1 leaf 8014: prio 1 rate 4Mbit ceil 40Mbit burst 1600b cburst 1600b
+ Sent 1048230 bytes 812 pkt (dropped 3, overlimits 40 requeues 0)
+ rate 2104bit 2pps backlog 12Kb 8p requeues 0
+ lended: 700 borrowed: 112 giants: 0
+ tokens: 46125 ctokens: 4812
+
+class htb 1:10a parent 1:1 leaf 8015: prio 2 rate 400Kbit ceil 40Mbit burst 1600b cburst 1600b
+ Sent 94667652 bytes 60605 pkt (dropped 2211, overlimits 51077 requeues 0)
+ backlog 1Mb 693p requeues 0
+ lended: 2 borrowed: 20014 giants: 0
+ tokens: -1914 ctokens: -4875
+
+"""
+
+
+def test_class_stats_parse_the_backlog_in_every_unit_tc_prints() -> None:
+    stats = queues.class_stats(TC_LOADED)
+    assert stats["1:12e"] == {"bytes": 2411852, "packets": 4102, "drops": 0,
+                              "backlog_bytes": 1514}
+    assert stats["1:200"] == {"bytes": 1048230, "packets": 812, "drops": 3,
+                              "backlog_bytes": 12 * 1024}  # after the rate estimator's figures
+    assert stats["1:10a"]["backlog_bytes"] == 1024 * 1024 and stats["1:10a"]["drops"] == 2211
+    assert set(stats) == {"1:1", "1:12e", "1:200", "1:10a"}
+
+
+@pytest.mark.parametrize("text,want", [("0b", 0), ("1514b", 1514), ("12Kb", 12288),
+                                       ("3Mb", 3 * 1024**2), ("2Gb", 2 * 1024**3),
+                                       ("12", None), ("12kb", None), ("-1b", None),
+                                       ("b", None), ("12 Kb", None), ("", None)])
+def test_tc_size(text: str, want: int | None) -> None:
+    assert queues.tc_size(text) == want
+
+
+def test_class_stats_without_a_backlog_line_or_with_a_bad_one() -> None:
+    text = """class htb 1:200 parent 1:1 leaf 8014: prio 1 rate 4Mbit ceil 40Mbit
+ Sent 10 bytes 1 pkt (dropped 0, overlimits 0 requeues 0)
+class htb 1:10a parent 1:1 leaf 8015: prio 2 rate 400Kbit ceil 40Mbit
+ Sent 20 bytes 2 pkt (dropped 1, overlimits 0 requeues 0)
+ backlog lots 3p requeues 0
+"""
+    stats = queues.class_stats(text)
+    assert stats == {"1:200": {"bytes": 10, "packets": 1, "drops": 0},
+                     "1:10a": {"bytes": 20, "packets": 2, "drops": 1}}  # no backlog made up
+
+
+def test_port_groups_name_the_link_set_of_every_shaped_port() -> None:
+    p = _plan(queues={"rate_mbit": 50, "links": ["hosts", "storage", "gateways"]})
+    groups = queues.port_groups(p)
+    assert [(ns, dev) for _g, ns, dev in groups] == queues.ports(p)
+    assert {g for g, ns, _dev in groups if ns == p.compute_router_ns} == {"hosts"}
+    assert {g for g, ns, _dev in groups if ns == p.storage_router_ns} == {"storage"}
+    assert {g for g, ns, _dev in groups if ns in {gw.ns for gw in p.gateways}} == {"gateways"}
+    assert queues.port_groups(_plan(queues=None)) == []
+
+
+def test_class_names_follow_the_policy_dscp() -> None:
+    assert queues.class_names(34, 8) == {"1:122": "small", "1:200": "default", "1:108": "bulk"}
 
 
 def test_storage_nodes_reflect_the_syn_class_only_with_queues() -> None:

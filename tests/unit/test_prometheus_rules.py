@@ -25,6 +25,7 @@ from crosszone.agent.routing import RoutingCollector, bfd_sessions, bgp_sessions
 from crosszone.control import dashboard
 from crosszone.control.metrics import ControllerCollector, exposition
 from crosszone_lab.emulate import prometheus
+from crosszone_lab.emulate.queue_metrics import Port, QueueCollector
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "docs" / "grafana" / "crosszone.json"
@@ -34,6 +35,10 @@ BGP = json.dumps({"ipv4Unicast": {"peers": {"10.2.1.1": {"state": "Established"}
 BFD = json.dumps([{"peer": "10.2.1.1", "status": "up"}, {"peer": "10.3.1.1", "status": "down"}])
 LINKS = json.dumps([{"ifname": "lo"}, {"ifname": "c0", "xdp": {"mode": 1, "prog": {"id": 9}}},
                     {"ifname": "s0"}])
+TC_CLASS = """class htb 1:12e parent 1:1 leaf 8013: prio 0 rate 35600Kbit ceil 40Mbit
+ Sent 1000 bytes 4 pkt (dropped 1, overlimits 0 requeues 0)
+ backlog 1514b 1p requeues 0
+"""
 PROMQL_WORDS = {"sum", "rate", "by", "without", "on", "ignoring", "and", "or", "unless", "bool",
                 "avg", "max", "min", "count", "irate", "increase", "topk"}
 
@@ -69,7 +74,18 @@ def exported_names() -> set[str]:
     names |= _names(exposition(ControllerCollector(
         lambda: {"desired_revision": 1, "gateways": {"g": {"revision": 1, "health": "ok"}}},
         lambda: mig)).decode())
-    return names
+    return names | queue_names()
+
+
+def queue_names() -> set[str]:
+    """What the emulator's queue exporter exports (crosszone_queue_*: the product reads these
+    names from whatever exports them), from a real scrape over a fake `tc`."""
+    queues = QueueCollector([Port("hosts", "ns", "h1")], {"1:12e": "small"},
+                            run=lambda argv: TC_CLASS)
+    queues.refresh()
+    reg = CollectorRegistry()
+    reg.register(queues)
+    return _names(generate_latest(reg).decode())
 
 
 def rules() -> dict[str, str]:
@@ -94,6 +110,8 @@ def test_rules_pass_promtool() -> None:
 
 def test_rules_read_exported_metrics_and_cover_what_the_dashboard_draws() -> None:
     exported = exported_names()
+    assert {"crosszone_queue_bytes_total", "crosszone_queue_packets_total",
+            "crosszone_queue_drops_total", "crosszone_queue_backlog_bytes"} <= queue_names()
     for record, expr in rules().items():
         assert names_in(expr) and names_in(expr) <= exported, (record, names_in(expr))
     # the dashboard draws recorded rates and reads exported gauges
@@ -123,10 +141,12 @@ def test_grafana_queries_read_recorded_or_exported_names() -> None:
 
 def test_prometheus_config_passes_promtool(tmp_path: Path) -> None:
     text = prometheus.config({"gw-b": "127.0.0.1:9471", "gw-a": "http://127.0.0.1:9470/metrics"},
-                             "http://127.0.0.1:8470")
+                             "http://127.0.0.1:8470", queues="127.0.0.1:8488")
     doc = yaml.safe_load(text)
     jobs = {j["job_name"]: j for j in doc["scrape_configs"]}
-    assert list(jobs) == ["agent-gw-a", "agent-gw-b", "controller"]
+    assert list(jobs) == ["agent-gw-a", "agent-gw-b", "controller", "queues"]
+    assert jobs["queues"]["static_configs"] == [
+        {"targets": ["127.0.0.1:8488"], "labels": {"role": "queues"}}]
     assert jobs["agent-gw-a"]["static_configs"] == [
         {"targets": ["127.0.0.1:9470"], "labels": {"gateway": "gw-a", "role": "agent"}}]
     assert jobs["controller"]["metrics_path"] == "/metrics"

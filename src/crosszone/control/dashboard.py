@@ -37,6 +37,11 @@ SERIES = {
     "class_bits": ("crosszone:class_bits:rate5s", ("vpc", "class")),
     "class_packets": ("crosszone:class_packets:rate5s", ("vpc", "class")),
     "rate_drops": ("crosszone:rate_drops:rate5s", ("vpc",)),
+    # the shaped queues per port group and class (small | default | bulk), where something
+    # exports crosszone_queue_* (the emulator's queue exporter, a switch): none otherwise
+    "queue_bits": ("crosszone:queue_bits:rate10s", ("group", "class")),
+    "queue_drops": ("crosszone:queue_drops:rate10s", ("group", "class")),
+    "queue_backlog": ("crosszone:queue_backlog_bytes:sum", ("group", "class")),
 }
 #: the agents' gauges of routing and attachment (agent/routing.py), read as instant vectors
 GAUGES = {

@@ -2,8 +2,9 @@
 
 It polls the same `GET /v1/dashboard` the browser polls and draws it with rich: gateways
 (health, revision, BGP, BFD, fast path), per-VPC Gbit/s and packets/s in both directions, per
-traffic class of the policy Mbit/s and packets/s (and each VPC's rate drops), drops and passes by
-reason, and the migration's step, weight and guards. Names and messages from the
+traffic class of the policy Mbit/s and packets/s (and each VPC's rate drops), per class of the
+shaped queues Mbit/s, drops/s and backlog (only where something exports queue counters), drops
+and passes by reason, and the migration's step, weight and guards. Names and messages from the
 store are escaped (rich.markup.escape) or put in Text objects, never read as markup.
 """
 
@@ -108,6 +109,42 @@ def class_table(doc: dict[str, Any]) -> Table:
     return t
 
 
+#: the queues' classes in the order they are served (strict priority); other names after
+QUEUE_CLASS_ORDER = {"small": 0, "default": 1, "bulk": 2}
+
+
+def queue_rows(doc: dict[str, Any]) -> dict[tuple[str, str], dict[str, float | None]]:
+    """(group, class) -> {"mbps", "drops", "backlog_kib"} of the shaped queues, now (empty when
+    nothing exports queue counters)."""
+    rows: dict[tuple[str, str], dict[str, float | None]] = {}
+    for key, field, scale in (("queue_bits", "mbps", 1e6), ("queue_drops", "drops", 1.0),
+                              ("queue_backlog", "backlog_kib", 1024.0)):
+        for s in latest(doc["series"].get(key, [])):
+            v = s["value"]
+            rows.setdefault((s["group"], s["class"]), {})[field] = None if v is None else v / scale
+    return rows
+
+
+def queue_table(doc: dict[str, Any]) -> Table | None:
+    """Per port group and queue class, now: what each class sends, drops and holds at the
+    shaped queues; None when nothing exports queue counters."""
+    rows = queue_rows(doc)
+    if not rows:
+        return None
+    t = Table(title="queues per class, now", title_justify="left")
+    for col, j in (("group", "left"), ("class", "left"), ("Mbit/s", "right"),
+                   ("drops/s", "right"), ("backlog KiB", "right")):
+        t.add_column(col, justify=j)  # type: ignore[arg-type]
+    order = sorted(rows, key=lambda k: (k[0], QUEUE_CLASS_ORDER.get(k[1], 3), k[1]))
+    for group, cls in order:
+        row = rows[(group, cls)]
+        drops = row.get("drops")
+        t.add_row(escape(str(group)), escape(str(cls)), _num(row.get("mbps"), 3),
+                  Text(_num(drops, 1), style="red" if drops else ""),
+                  _num(row.get("backlog_kib"), 1))
+    return t
+
+
 def reason_table(doc: dict[str, Any]) -> Table:
     """Drops and passes by reason, packets/s now."""
     t = Table(title="drops and passes by reason", title_justify="left")
@@ -141,5 +178,7 @@ def render(doc: dict[str, Any]) -> Group:
     p = doc["prometheus"]
     head = Text(f"rates from {p['url']}" if p["ok"] else f"no rates: {p['error']}",
                 style="dim" if p["ok"] else "yellow")
-    return Group(head, gateway_table(doc), vpc_table(doc), class_table(doc), reason_table(doc),
+    queues = queue_table(doc)
+    return Group(head, gateway_table(doc), vpc_table(doc), class_table(doc),
+                 *([queues] if queues is not None else []), reason_table(doc),
                  migration_text(doc))

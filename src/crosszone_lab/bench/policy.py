@@ -103,20 +103,11 @@ def recovery(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {name: after.get(k, 0) - before.get(k, 0) for name, k in RECOVERY_COUNTERS.items()}
 
 
-def class_names(small_dscp: int, bulk_dscp: int) -> dict[str, str]:
-    """htb class handle -> the policy's name for it (emulate/queues.py)."""
-    return {f"{queues.QUEUE_MAJOR}:{queues.class_minor(small_dscp):x}": "small",
-            f"{queues.QUEUE_MAJOR}:{queues.DEFAULT_MINOR:x}": "default",
-            f"{queues.QUEUE_MAJOR}:{queues.class_minor(bulk_dscp):x}": "bulk"}
-
-
 def queue_counters(ex: netns.Executor, p: topology.Plan) -> Groups:
     """Per port group (hosts, storage, gateways) and class: bytes, packets, drops so far."""
-    names = class_names(p.spec.policy.small_dscp, p.spec.policy.bulk_dscp)
+    names = queues.class_names(p.spec.policy.small_dscp, p.spec.policy.bulk_dscp)
     out: Groups = {}
-    for ns, dev in queues.ports(p):
-        group = ("storage" if ns == p.storage_router_ns else
-                 "hosts" if ns == p.compute_router_ns else "gateways")
+    for group, ns, dev in queues.port_groups(p):
         text = ex.output(["ip", "netns", "exec", ns, "tc", "-s", "class", "show", "dev", dev])
         for handle, c in queues.class_stats(text).items():
             if handle in names:

@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from crosszone.linux import netns, pids
 from crosszone.progress import Progress
-from crosszone_lab.emulate import control_plane, deploy, kinds, prometheus, topology
+from crosszone_lab.emulate import (
+    control_plane,
+    deploy,
+    kinds,
+    prometheus,
+    queue_metrics,
+    queues,
+    topology,
+)
 from crosszone_lab.emulate import state as st
 
 TopologyOpt = typer.Option(topology.DEFAULT_TOPOLOGY, "--topology", "-t",
@@ -64,6 +75,10 @@ def status_table(dep: deploy.Deployment) -> Table:
         table.add_row("prometheus", f"{prometheus.url()} ("
                       f"{'running' if prometheus.pid() is not None else 'not running'})")
         table.add_row("dashboard", control_plane.controller_url() + "/dashboard")
+    qm = queue_metrics.describe(dep.plan).get("queue_metrics")
+    if isinstance(qm, dict):
+        table.add_row("queue exporter", f"{qm['url']} "
+                      f"({'running' if qm['running'] else 'not running'})")
     by_addr = {f"g{g.index}": g.name for g in dep.plan.gateways}
     if existing:
         c, s = dep.route_hops()
@@ -83,7 +98,8 @@ def status_json(dep: deploy.Deployment) -> dict[str, object]:
             "active": state.active if state else None,
             "compute_nexthops": sorted(names.get(x, x) for x in c),
             "storage_nexthops": sorted(names.get(x, x) for x in s),
-            **control_plane.describe(dep.plan), **_observability(dep)}
+            **control_plane.describe(dep.plan), **_observability(dep),
+            **queue_metrics.describe(dep.plan)}
 
 
 def _observability(dep: deploy.Deployment) -> dict[str, object]:
@@ -93,6 +109,29 @@ def _observability(dep: deploy.Deployment) -> dict[str, object]:
     return {**prometheus.describe(True),
             "dashboard": {"url": control_plane.controller_url() + "/dashboard",
                           "charts": str(control_plane.charts_dir())}}
+
+
+def _loopback_port(listen: str) -> int:
+    """The port of `127.0.0.1:PORT` (ValueError for any other address)."""
+    host, _, port = listen.rpartition(":")
+    if host != "127.0.0.1" or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--listen {listen!r}: want 127.0.0.1:PORT (loopback only)")
+    return int(port)
+
+
+def _deployment_queues() -> tuple[list[queue_metrics.Port], dict[str, str]]:
+    """The running deployment's shaped ports and its class names (ValueError saying what is
+    missing)."""
+    state = st.load()
+    if state is None:
+        raise ValueError(f"no deployment ({st.STATE_FILE} missing or unreadable): "
+                         "run `crosszone emulate up`")
+    p = topology.plan(topology.parse(state.spec, source=str(st.STATE_FILE)))
+    ports = queue_metrics.shaped_ports(p)
+    if not ports:
+        raise ValueError("the deployment's topology has no `queues:`: no queue to export")
+    names = queues.class_names(p.spec.policy.small_dscp, p.spec.policy.bulk_dscp)
+    return ports, names
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
@@ -143,6 +182,24 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             print(json.dumps(status_json(dep)))
             return
         Console().print(status_table(dep))
+
+    @emulate.command("queue-metrics")
+    def queue_metrics_cmd(listen: str = typer.Option(
+            queue_metrics.target(), "--listen",
+            help="127.0.0.1:PORT to serve /metrics on (loopback only).")) -> None:
+        """Export the shaped queues' per-class counters to Prometheus (`emulate up` starts
+        this when the topology has `queues:`; it runs until stopped)."""
+        try:
+            lport = _loopback_port(listen)
+            _need_root()
+            ports, names = _deployment_queues()
+        except ValueError as exc:
+            Console(stderr=True).print(f"[red]queue-metrics:[/red] {escape(str(exc))}")
+            raise typer.Exit(2) from None
+        halt = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: halt.set())
+        signal.signal(signal.SIGINT, lambda *_: halt.set())
+        queue_metrics.serve(ports, names, lport, halt)
 
     @emulate.command("switch")
     def switch(to: str = typer.Option(..., "--to",

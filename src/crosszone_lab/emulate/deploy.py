@@ -25,7 +25,15 @@ from pathlib import Path
 
 from crosszone.linux import links, netns, pids
 from crosszone.linux.netns import Executor, Op, in_ns
-from crosszone_lab.emulate import control_plane, frr, kinds, prometheus, queues, storage
+from crosszone_lab.emulate import (
+    control_plane,
+    frr,
+    kinds,
+    prometheus,
+    queue_metrics,
+    queues,
+    storage,
+)
 from crosszone_lab.emulate import state as st
 from crosszone_lab.emulate.topology import (
     PIN_ROOT,
@@ -206,7 +214,7 @@ def pidfiles(p: Plan) -> list[Path]:
     if p.spec.fast_reroute.enabled:
         files += [frr.fast_reroute_pidfile(ns) for ns in (p.compute_router_ns, p.storage_router_ns)]
     return (files + [storage.pidfile(n) for n in p.storage_nodes] + control_plane.pidfiles(p)
-            + prometheus.pidfiles(bool(control_plane.gateways(p))))
+            + prometheus.pidfiles(bool(control_plane.gateways(p))) + queue_metrics.pidfiles(p))
 
 
 @dataclass
@@ -256,11 +264,16 @@ class Deployment:
                 kind.attach(self.ex, self.plan, gw)
                 state.fastpath[gw.name] = True
                 st.save(state)
+        queue_target = None
+        if spec.queues is not None:
+            log("starting the queue exporter (per-class counters of the shaped ports)")
+            queue_metrics.start()
+            queue_target = queue_metrics.target()
         if any(state.fastpath.values()):
             log("starting Prometheus (scrapes the agents and the controller every second)")
             prometheus.start({g.name: control_plane.agent_metrics(g)
                               for g in control_plane.gateways(self.plan)},
-                             control_plane.controller_url())
+                             control_plane.controller_url(), queues=queue_target)
         # A gateway's first session with a router is reset once right after it comes up (FRR
         # 8.4, a neighbour its agent has just added: docs/routing.md), and back 2 s later: wait
         # that out, so nothing is switched onto a session about to drop.
@@ -466,9 +479,10 @@ def down(ex: Executor, log: Callable[[str], None] = print, sleep: Sleep = time.s
         shutil.rmtree(FRR_PATHSPACES / name, ignore_errors=True)
     if names:
         log(f"removed {len(names)} namespaces")
-    # Prometheus runs in the root namespace: no sweep finds it, its pidfile does (a lost
-    # state file included).
+    # Prometheus and the queue exporter run in the root namespace: no sweep finds them, their
+    # pidfiles do (a lost state file included).
     prometheus.stop(sleep=sleep)
+    queue_metrics.stop(sleep=sleep)
     if PIN_ROOT.exists():
         shutil.rmtree(PIN_ROOT, ignore_errors=True)
     if RUN_DIR.exists():

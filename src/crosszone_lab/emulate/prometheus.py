@@ -1,7 +1,7 @@
-"""A real Prometheus server (Debian `prometheus`) beside the emulation: it scrapes every agent
-and the controller each second and evaluates the recording rules of
-`crosszone/agent/recording_rules.yml`, so the dashboard, `crosszone top` and Grafana read the
-same figures an operator's Prometheus would hold.
+"""A real Prometheus server (Debian `prometheus`) beside the emulation: it scrapes every agent,
+the controller and (with `queues:`) the queue exporter each second and evaluates the
+recording rules of `crosszone/agent/recording_rules.yml`, so the dashboard, `crosszone top`
+and Grafana read the same figures an operator's Prometheus would hold.
 
 It listens on 127.0.0.1 at a port of its own per emulator instance (`port()`), keeps its data
 under the instance's run dir (removed by `stop`) and keeps one hour of samples.
@@ -49,9 +49,10 @@ def directory(run_dir: Path = RUN_DIR) -> Path:
 
 
 def config(agents: Mapping[str, str], controller: str | None, rules: Path = RECORDING_RULES,
-           interval: int = SCRAPE_SECONDS) -> str:
+           interval: int = SCRAPE_SECONDS, queues: str | None = None) -> str:
     """prometheus.yml: job `agent` (one target per gateway, labelled `gateway`), job
-    `controller`. agents: gateway -> metrics URL or host:port; controller: its base URL."""
+    `controller`, job `queues` (the queue exporter, queue_metrics.py). agents: gateway ->
+    metrics URL or host:port; controller: its base URL; queues: the exporter's host:port."""
     def target(u: str) -> tuple[str, str, str]:
         parsed = httpx.URL(u if "://" in u else f"http://{u}")
         return parsed.scheme, f"{parsed.host}:{parsed.port}", parsed.path or "/metrics"
@@ -68,6 +69,12 @@ def config(agents: Mapping[str, str], controller: str | None, rules: Path = RECO
         scrape.append({"job_name": "controller", "scheme": scheme, "metrics_path": "/metrics",
                        "static_configs": [{"targets": [hostport],
                                            "labels": {"role": "controller"}}]})
+    if queues:
+        scheme, hostport, path = target(queues)
+        scrape.append({"job_name": "queues", "scheme": scheme,
+                       "metrics_path": path if path != "/" else "/metrics",
+                       "static_configs": [{"targets": [hostport],
+                                           "labels": {"role": "queues"}}]})
     doc = {"global": {"scrape_interval": f"{interval}s", "evaluation_interval": f"{interval}s",
                       "scrape_timeout": f"{interval}s"},
            "rule_files": [str(rules)], "scrape_configs": scrape}
@@ -83,14 +90,15 @@ def command(cfg: Path, data: Path, listen_port: int) -> list[str]:
 
 def start(agents: Mapping[str, str], controller: str | None, run_dir: Path = RUN_DIR,
           listen_port: int | None = None, timeout: float = 30.0,
-          sleep: Callable[[float], None] = time.sleep) -> str:
+          sleep: Callable[[float], None] = time.sleep, queues: str | None = None) -> str:
     """Write the configuration, start the server (replacing one of ours already running),
-    wait until it answers /-/ready; returns its URL."""
+    wait until it answers /-/ready; returns its URL. queues: the queue exporter's host:port,
+    when the deployment runs one."""
     stop(run_dir)
     d = directory(run_dir)
     (d / "data").mkdir(parents=True, exist_ok=True)
     cfg = d / "prometheus.yml"
-    cfg.write_text(config(agents, controller))
+    cfg.write_text(config(agents, controller, queues=queues))
     lport = listen_port or port()
     with open(d / "prometheus.log", "ab") as logf:
         proc = subprocess.Popen(command(cfg, d / "data", lport), stdout=logf, stderr=logf,

@@ -115,8 +115,27 @@ def port_ops(ns: str, dev: str, spec: QueueSpec, small_dscp: int, bulk_dscp: int
     return ops
 
 
+def class_names(small_dscp: int, bulk_dscp: int) -> dict[str, str]:
+    """htb class handle -> the policy's name for it (small, default, bulk)."""
+    return {_handle(class_minor(small_dscp)): "small", _handle(DEFAULT_MINOR): "default",
+            _handle(class_minor(bulk_dscp)): "bulk"}
+
+
+_SIZE_UNITS = {"b": 1, "Kb": 1024, "Mb": 1024**2, "Gb": 1024**3}
+
+
+def tc_size(text: str) -> int | None:
+    """Bytes from a size as tc prints it (`1514b`, `12Kb`, `3Mb`), None if it is none.
+
+    tc rounds: it prints `12Kb` for any size within 16 bytes of 12 KiB, `3Mb` within 1 KiB of
+    3 MiB (iproute2's sprint_size), so a backlog read from its text is that close, no closer."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(b|Kb|Mb|Gb)", text)
+    return None if m is None else round(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
+
+
 def class_stats(tc_text: str) -> dict[str, dict[str, int]]:
-    """Bytes, packets and drops per class handle from `tc -s class show dev DEV`.
+    """Bytes, packets, drops and (when tc prints it) backlog_bytes per class handle, from
+    `tc -s class show dev DEV`. A class's backlog is what its leaf FIFO holds now.
 
     Text, not `tc -j`: this iproute2 prints htb classes as text even when asked for JSON."""
     out: dict[str, dict[str, int]] = {}
@@ -130,23 +149,35 @@ def class_stats(tc_text: str) -> dict[str, dict[str, int]]:
         if sent and handle is not None:
             out[handle] = {"bytes": int(sent.group(1)), "packets": int(sent.group(2)),
                            "drops": int(sent.group(3))}
+            continue
+        # on a line of its own, or after the rate when the class has a rate estimator
+        backlog = re.search(r"\bbacklog (\S+) \d+p\b", line)
+        size = tc_size(backlog.group(1)) if backlog else None
+        if size is not None and handle in out:
+            out[handle]["backlog_bytes"] = size
             handle = None
+    return out
+
+
+def port_groups(p: Plan) -> list[tuple[LinkSet, str, str]]:
+    """(group, namespace, device) of every port the topology's `queues.links` shapes; the group
+    is the link set that shapes it."""
+    spec = p.spec.queues
+    if spec is None:
+        return []
+    out: list[tuple[LinkSet, str, str]] = []
+    if "hosts" in spec.links:
+        out += [("hosts", p.compute_router_ns, f"h{h.index}") for h in p.hosts]
+    if "storage" in spec.links:
+        out += [("storage", p.storage_router_ns, n.name) for n in p.storage_nodes]
+    if "gateways" in spec.links:
+        out += [("gateways", g.ns, dev) for g in p.gateways for dev in ("c0", "s0")]
     return out
 
 
 def ports(p: Plan) -> list[tuple[str, str]]:
     """(namespace, device) of every port the topology's `queues.links` shapes."""
-    spec = p.spec.queues
-    if spec is None:
-        return []
-    out: list[tuple[str, str]] = []
-    if "hosts" in spec.links:
-        out += [(p.compute_router_ns, f"h{h.index}") for h in p.hosts]
-    if "storage" in spec.links:
-        out += [(p.storage_router_ns, n.name) for n in p.storage_nodes]
-    if "gateways" in spec.links:
-        out += [(g.ns, dev) for g in p.gateways for dev in ("c0", "s0")]
-    return out
+    return [(ns, dev) for _group, ns, dev in port_groups(p)]
 
 
 def reflect_ops(p: Plan) -> list[Cmd]:

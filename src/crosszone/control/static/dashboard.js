@@ -125,6 +125,43 @@ function drawClasses(doc) {
   }));
 }
 
+// The shaped queues per port group and class (small | default | bulk), where something
+// exports queue counters (the emulator's queue exporter, a switch): hidden otherwise.
+const QUEUE_CLASS_ORDER = {small: 0, default: 1, bulk: 2};
+
+function drawQueues(doc) {
+  const rows = {};
+  const put = (series, field, scale) => {
+    for (const s of series || []) {
+      const key = `${s.group}\u0000${s["class"]}`;
+      rows[key] = rows[key] || {group: s.group, cls: s["class"]};
+      rows[key][field] = last(s.values) === null ? null : last(s.values) / scale;
+    }
+  };
+  put(doc.series.queue_bits, "mbps", 1e6);
+  put(doc.series.queue_drops, "drops", 1);
+  put(doc.series.queue_backlog, "backlog_kib", 1024);
+  const order = (r) => [r.group, QUEUE_CLASS_ORDER[r.cls] ?? 3, r.cls];
+  const sorted = Object.values(rows).sort((a, b) => {
+    const x = order(a), y = order(b);
+    for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) return x[i] < y[i] ? -1 : 1;
+    return 0;
+  });
+  document.getElementById("queues-section").hidden = sorted.length === 0;
+  replaceRows(document.querySelector("#queues tbody"), sorted.map((r) => {
+    const tr = el("tr", {"data-group": r.group, "data-class": r.cls});
+    tr.append(el("td", {}, r.group));
+    tr.append(el("td", {}, r.cls));
+    tr.append(el("td", {class: "num", "data-field": "mbps", "data-value": r.mbps ?? ""},
+                 fmt(r.mbps, 3)));
+    tr.append(el("td", {class: r.drops ? "num bad" : "num", "data-field": "drops",
+                        "data-value": r.drops ?? ""}, fmt(r.drops, 1)));
+    tr.append(el("td", {class: "num", "data-field": "backlog_kib",
+                        "data-value": r.backlog_kib ?? ""}, fmt(r.backlog_kib, 1)));
+    return tr;
+  }));
+}
+
 function drawReasons(doc) {
   if (!doc.series.verdicts.length) {
     const tr = el("tr", {});
@@ -249,6 +286,7 @@ function draw(doc) {
   drawGateways(doc);
   drawVpcs(doc);
   drawClasses(doc);
+  drawQueues(doc);
   drawReasons(doc);
   const vpcLabel = (s) => `${s.vpc} ${s.direction}`;
   drawChart("chart-bits", doc, doc.series.vpc_bits, vpcLabel, 1e9);

@@ -255,3 +255,28 @@ def test_small_requests_apart_run_at_normal_priority_without_bulk() -> None:
     assert "--nice" not in small
     assert small[small.index("--loaders", small.index("--loaders") + 1) + 1] == "0"
     assert small[small.index("--ckpt-parallel") + 1] == "0"
+
+
+def test_the_bench_offers_checkpoints_that_fit_the_shaped_storage_ports(monkeypatch) -> None:
+    """The rounds' workload is the demo's policy workload: checkpoint parts of 2 MiB on the
+    policy topology (8 endpoints, 67 Mbit/s into 2 x 40), not the topology's 4 MiB (134 into
+    80, which timed out 1-4 PUTs a round whatever the policy)."""
+    from crosszone_lab.bench import policy as bench
+    from crosszone_lab.emulate import demo, topology
+
+    p = topology.plan(topology.load(bench.POLICY_TOPOLOGY))
+    seen: list[runner.Targets] = []
+
+    def run(targets, **_kw):
+        seen.append(targets)
+        return runner.WorkloadResult(duration_s=1.0, endpoints=len(targets.endpoints))
+
+    monkeypatch.setattr(bench.runner, "run", run)
+    monkeypatch.setattr(bench, "ns_counters", lambda ex, names: {})
+    monkeypatch.setattr(bench, "queue_counters", lambda ex, plan: {})
+    monkeypatch.setattr(bench, "_agents_metrics", lambda plan: [])
+    bench._measure(None, p, None, 1.0, 0.0)
+    assert [t.checkpoint_max_mib for t in seen] == [2]
+    assert p.spec.storage.checkpoint_max_mib == 4
+    capacity = p.spec.queues.rate_mbit * len(p.storage_nodes)
+    assert demo.checkpoint_mbit(seen[0]) <= demo.POLICY_CHECKPOINT_LOAD * capacity

@@ -35,6 +35,8 @@ BPF_ANY, BPF_NOEXIST, BPF_EXIST, BPF_F_LOCK = 0, 1, 2, 4
 BPF_F_NO_PREALLOC = 1
 BPF_F_RDONLY_PROG = 1 << 7
 BPF_F_TEST_RUN_ON_CPU = 1 << 0
+# a kernel may refuse it (EINVAL before 5.18, EPERM under a BPF LSM): callers ask
+# fastpath/live_frames.probe() first and report the refusal instead of depending on it
 BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
 XDP_FLAGS_UPDATE_IF_NOEXIST = 1 << 0
 XDP_FLAGS_SKB_MODE = 1 << 1

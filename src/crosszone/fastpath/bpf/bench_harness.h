@@ -4,7 +4,9 @@
  * - Without live frames, `repeat N` replays the program on the buffer the previous iteration
  *   left, pointers and bytes. So the harness saves the first CZ_BENCH_SAVE bytes and the length
  *   on entry and on exit moves the data pointer back (bpf_xdp_adjust_head) and restores them.
- * - With live frames (-DCZ_BENCH_LIVE, BPF_F_TEST_XDP_LIVE_FRAMES), the kernel resets the data
+ * - With live frames (-DCZ_BENCH_LIVE, BPF_F_TEST_XDP_LIVE_FRAMES; these builds are run only
+ *   after fastpath/live_frames.probe() found the flag allowed: a host with a BPF LSM refuses it
+ *   with EPERM, and the benchmark then prints the refusal), the kernel resets the data
  *   pointers before each iteration but recycles page-pool pages without re-copying the frame
  *   (measured here: a decapsulating program then saw its own output). So the harness restores
  *   only bytes, where the program wrote them: after decapsulation the rewritten bytes start at

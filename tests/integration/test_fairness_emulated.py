@@ -2,9 +2,9 @@
 
 examples/two-zone-policy.yaml narrowed to 2 hosts and one crosszone gateway (no legacy
 gateways: the rate is the fast path's), the traffic policy on. Both tenants share each host's
-shaped port (40 Mbit/s); tenant a runs GREEDY_LOADERS range readers per endpoint, tenant b
+shaped port (25 Mbit/s); tenant a runs GREEDY_LOADERS range readers per endpoint, tenant b
 OTHER_LOADERS. Without a rate a's connections take most of each FIFO; with a's fair share as
-its rate (`fair_rate_mbps`: 40 Mbit/s x 2 hosts / 2 tenants / 1 gateway) the token bucket
+its rate (`fair_rate_mbps`: 25 Mbit/s x 2 hosts / 2 tenants / 1 gateway) the token bucket
 drops what a sends over it (`drop_vpc_rate`) and b gets the rest. Loose bounds (short runs on
 a shared box): b's share must grow by a clear margin and come near its fair half, and a must be
 held near its rate; the figures and their conditions are `crosszone bench fairness`'s

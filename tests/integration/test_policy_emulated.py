@@ -6,7 +6,7 @@ off, then on. Loose bounds (the box is shared, runs are short): the policy's sma
 median must be clearly below the FIFO's, with no errors (the FIFO's own timeouts are what the
 policy is for, so they do not fail it), and bulk goodput must not collapse. The median, not
 the p99: on a loaded 2-core box the p99 of a 12 s run is set by the CPU as much as by the queues
-(docs/policy.md, "Measured"), the median moved the same way in every 40 Mbit/s run.
+(docs/policy.md, "Measured"), the median moved the same way in every 40 and 25 Mbit/s run.
 """
 
 from __future__ import annotations

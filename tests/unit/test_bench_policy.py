@@ -220,10 +220,10 @@ def test_fair_rate_is_the_greedy_tenants_share_of_the_host_ports_per_gateway() -
     from crosszone_lab.emulate import topology
 
     spec = topology.load(fairness.POLICY_TOPOLOGY)
-    assert fairness.fair_rate_mbps(topology.plan(spec)) == 40  # 40 x 4 / 2 / 2
+    assert fairness.fair_rate_mbps(topology.plan(spec)) == 25  # 25 x 4 / 2 / 2
     one_gw = topology.parse(spec.model_dump(mode="json") | {
         "hosts": 2, "gateways": {"crosszone": 1, "legacy": 1}}, source="t")
-    assert fairness.fair_rate_mbps(topology.plan(one_gw)) == 40  # 40 x 2 / 2 / 1
+    assert fairness.fair_rate_mbps(topology.plan(one_gw)) == 25  # 25 x 2 / 2 / 1
     unshaped = topology.parse(spec.model_dump(mode="json") | {"queues": None}, source="t")
     with pytest.raises(ValueError, match="--rate-mbps"):
         fairness.fair_rate_mbps(topology.plan(unshaped))
@@ -245,22 +245,25 @@ def test_vpc_rates_reach_the_cluster_intent() -> None:
     assert pol.with_vpc_rates(limited, {"a": None}).spec == p.spec
 
 
-def test_small_requests_apart_run_at_normal_priority_without_bulk() -> None:
+def test_small_requests_apart_run_raised_without_bulk() -> None:
     from crosszone_lab.emulate import topology
 
     t = topology.workload_targets(topology.plan(topology.load(fairness.POLICY_TOPOLOGY)))
     bulk = runner.worker_argv(t, 0, 5.0, 2, role="bulk")
     small = runner.worker_argv(t, 0, 5.0, 2, role="small")
-    assert "--nice" in bulk and bulk[bulk.index("--small-rate") + 1] == "0"
-    assert "--nice" not in small
+    assert bulk[bulk.index("--nice") + 1] == str(runner.WORKLOAD_NICE)
+    assert bulk[bulk.index("--small-rate") + 1] == "0"
+    # the probes run above everything else the workload starts, and above the default
+    assert small[small.index("--nice") + 1] == str(runner.PROBE_NICE)
+    assert runner.PROBE_NICE < 0 < runner.WORKLOAD_NICE
     assert small[small.index("--loaders", small.index("--loaders") + 1) + 1] == "0"
     assert small[small.index("--ckpt-parallel") + 1] == "0"
 
 
 def test_the_bench_offers_checkpoints_that_fit_the_shaped_storage_ports(monkeypatch) -> None:
-    """The rounds' workload is the demo's policy workload: checkpoint parts of 2 MiB on the
-    policy topology (8 endpoints, 67 Mbit/s into 2 x 40), not the topology's 4 MiB (134 into
-    80, which timed out 1-4 PUTs a round whatever the policy)."""
+    """The rounds' workload is the demo's policy workload: checkpoint parts of 1 MiB on the
+    policy topology (8 endpoints, 34 Mbit/s into 2 x 25), not the topology's 4 MiB (at 2 x 40,
+    134 into 80 timed out 1-4 PUTs a round whatever the policy)."""
     from crosszone_lab.bench import policy as bench
     from crosszone_lab.emulate import demo, topology
 
@@ -276,7 +279,7 @@ def test_the_bench_offers_checkpoints_that_fit_the_shaped_storage_ports(monkeypa
     monkeypatch.setattr(bench, "queue_counters", lambda ex, plan: {})
     monkeypatch.setattr(bench, "_agents_metrics", lambda plan: [])
     bench._measure(None, p, None, 1.0, 0.0)
-    assert [t.checkpoint_max_mib for t in seen] == [2]
+    assert [t.checkpoint_max_mib for t in seen] == [1]
     assert p.spec.storage.checkpoint_max_mib == 4
     capacity = p.spec.queues.rate_mbit * len(p.storage_nodes)
     assert demo.checkpoint_mbit(seen[0]) <= demo.POLICY_CHECKPOINT_LOAD * capacity

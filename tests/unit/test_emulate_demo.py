@@ -216,19 +216,20 @@ def test_policy_rows_write_checkpoint_parts_the_shaped_ports_carry_in_time() -> 
     base = topology.plan(topology.load(topology.DEFAULT_TOPOLOGY))
     p = demo.with_policy_queues(base, topology.load(demo.POLICY_TOPOLOGY))
     t = demo.policy_targets(p)
-    # 8 endpoints x 2 parts every 4 s: 33.6 Mbit/s per MiB of part; 0.85 x 2 x 40 = 68 Mbit/s.
-    assert t.checkpoint_max_mib == 2
-    assert demo.checkpoint_mbit(t) == pytest.approx(67.1, abs=0.1)
+    # 8 endpoints x 2 parts every 4 s: 33.6 Mbit/s per MiB of part; 0.85 x 2 x 25 = 42.5 Mbit/s.
+    assert p.spec.queues is not None and p.spec.queues.rate_mbit == 25
+    assert t.checkpoint_max_mib == 1
+    assert demo.checkpoint_mbit(t) == pytest.approx(33.6, abs=0.1)
     assert demo.checkpoint_mbit(topology.workload_targets(p)) == pytest.approx(268.4, abs=0.1)
     argv = runner.worker_argv(t, 0, 5.0, 2)
-    assert argv[argv.index("--ckpt-bytes") + 1] == str(2 << 20)
+    assert argv[argv.index("--ckpt-bytes") + 1] == str(1 << 20)
     assert t.endpoints == topology.workload_targets(base).endpoints
 
 
 def test_policy_targets_keep_smaller_parts_and_unshaped_storage_ports() -> None:
     spec = topology.load(demo.POLICY_TOPOLOGY)
     two_hosts = topology.plan(spec.model_copy(update={"hosts": 2}))
-    assert demo.policy_targets(two_hosts).checkpoint_max_mib == 4  # 4 MiB: 67 of 68 Mbit/s
+    assert demo.policy_targets(two_hosts).checkpoint_max_mib == 2  # 2 MiB: 34 of 42.5 Mbit/s
     rich = topology.parse(spec.model_dump(mode="json") | {
         "hosts": 1, "queues": {"rate_mbit": 400, "links": ["storage"]}}, source="t")
     assert demo.policy_targets(topology.plan(rich)).checkpoint_max_mib == 4  # never larger

@@ -65,3 +65,29 @@ def test_without_warmup_the_window_starts_at_once() -> None:
     clock.t = 6.0
     w.count_read(9)
     assert w.c.timed_read_bytes == 7
+
+
+def test_a_raised_priority_it_may_not_take_is_a_clear_error(monkeypatch, capsys) -> None:
+    """`--nice -10` without CAP_SYS_NICE stops the worker with the reason, before any traffic."""
+    asked: list[int] = []
+
+    def refuse(n: int) -> int:
+        asked.append(n)
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(worker.os, "nice", refuse)
+    with pytest.raises(SystemExit) as exc:
+        worker.main(["--name", "h1-a", "--servers", "127.0.0.1", "--duration", "1",
+                     "--nice", "-10"])
+    assert exc.value.code == 2 and asked == [-10]
+    assert "--nice -10: raising a process's priority needs root" in capsys.readouterr().err
+
+
+def test_the_niceness_is_applied_before_the_run(monkeypatch) -> None:
+    asked: list[int] = []
+    monkeypatch.setattr(worker.os, "nice", lambda n: asked.append(n) or 0)
+    monkeypatch.setattr(worker.Worker, "run", lambda self, emit: (_ for _ in ()).throw(
+        RuntimeError(f"ran after nice {asked}")))
+    with pytest.raises(RuntimeError, match=r"ran after nice \[-10\]"):
+        worker.main(["--name", "h1-a", "--servers", "127.0.0.1", "--duration", "1",
+                     "--nice", "-10"])

@@ -1,7 +1,7 @@
 """`crosszone bench fairness`: two tenants, one greedy, without and with a per-tenant rate.
 
 The deployment of examples/two-zone-policy.yaml through the crosszone gateways: both VPCs
-share every GPU host and so every shaped port toward the hosts (the bottleneck: 40 Mbit/s per
+share every GPU host and so every shaped port toward the hosts (the bottleneck: 25 Mbit/s per
 host). The greedy tenant (`--greedy`, VPC a) runs `--greedy-loaders` range readers per
 endpoint (6), the other `--other-loaders` (2, as in `bench policy`); both write checkpoints and
 send small requests. Without a rate the greedy tenant's many TCP connections take most of each
@@ -13,7 +13,7 @@ what the rate frees was not used.
 
 The rate is per gateway (each gateway has its own bucket). By default it is the greedy tenant's
 fair share of the shaped host ports spread over the crosszone gateways (`fair_rate_mbps`):
-40 Mbit/s x 4 hosts / 2 tenants / 2 gateways = 40 Mbit/s here. A rate above that share holds
+25 Mbit/s x 4 hosts / 2 tenants / 2 gateways = 25 Mbit/s here. A rate above that share holds
 back nothing the ports have not already held back.
 
 One JSON line per round and setting, `{"fairness": "off"|"on", "round", "cpu_busy", "tenants":

@@ -307,10 +307,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=0.0,
                     help="seconds at the start whose small requests are not timed")
     ap.add_argument("--nice", type=int, default=0,
-                    help="lower this process's priority by N (runner.WORKLOAD_NICE says why)")
+                    help="change this process's niceness by N: positive lowers its priority "
+                         "(runner.WORKLOAD_NICE says why), negative raises it and needs root "
+                         "(runner.PROBE_NICE)")
     a = ap.parse_args(argv)
     if a.nice:
-        os.nice(a.nice)
+        try:
+            os.nice(a.nice)
+        except PermissionError:
+            ap.error(f"--nice {a.nice}: raising a process's priority needs root "
+                     "(CAP_SYS_NICE)")
     cfg = Config(a.name, tuple(a.servers.split(",")), a.duration, a.loaders, a.block_bytes,
                  a.shards, a.shard_bytes, a.ckpt_bytes, a.ckpt_interval, a.ckpt_parallel,
                  a.small_rate, a.max_requests, a.seed, warmup=a.warmup)

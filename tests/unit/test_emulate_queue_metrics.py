@@ -256,12 +256,13 @@ def test_the_command_listens_on_loopback_only(listen: str) -> None:
     assert commands._loopback_port("127.0.0.1:18488") == 18488
 
 
-def test_the_deployment_records_and_prometheus_scrapes_the_exporter() -> None:
+def test_the_deployment_records_and_prometheus_scrapes_the_exporter(tmp_path: Path) -> None:
     with_queues, without = topology.plan(_spec()), topology.plan(_spec(queues=None))
     assert queue_metrics.pidfile() in deploy.pidfiles(with_queues)
     assert queue_metrics.pidfile() not in deploy.pidfiles(without)
     assert queue_metrics.describe(without) == {}
-    assert queue_metrics.describe(with_queues)["queue_metrics"] == {
+    # a run dir of its own: an emulation running beside the tests has an exporter running
+    assert queue_metrics.describe(with_queues, tmp_path)["queue_metrics"] == {
         "url": f"http://{queue_metrics.target()}/metrics", "running": False}
     doc = yaml.safe_load(prometheus.config({"gw": "127.0.0.1:9470"}, None,
                                            queues=queue_metrics.target()))

@@ -364,7 +364,7 @@ def test_an_agents_scrape_names_each_metric_family_once(gw) -> None:
 
     _store, agent, _owner, _applier, _fast, ports, guard, _log = gw
     links = '[{"ifname": "compute0", "xdp": {"prog": {"id": 41}}}]'
-    sessions = RoutingCollector(None, None, run=lambda argv: links)
+    sessions = RoutingCollector(None, run=lambda argv: links)
     agent.metrics.registry.register(sessions)
     guard.check()
     ports.attached["compute0"] = 0

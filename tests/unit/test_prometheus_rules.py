@@ -11,7 +11,6 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -44,12 +43,13 @@ PROMQL_WORDS = {"sum", "rate", "by", "without", "on", "ignoring", "and", "or", "
 
 
 def _fake_run(argv):
-    text = " ".join(argv)
-    if "bgp summary" in text:
-        return BGP
-    if "bfd peers" in text:
-        return BFD
-    return LINKS if "link" in text else None
+    return LINKS if "link" in " ".join(argv) else None
+
+
+def _fake_ask(daemon: str, command: str) -> str | None:
+    """FRR's answers as bgpd's and bfdd's vty sockets give them (agent.routing.vty_asker)."""
+    return {("bgpd", "show bgp summary json"): BGP,
+            ("bfdd", "show bfd peers json"): BFD}.get((daemon, command))
 
 
 def _names(text: str) -> set[str]:
@@ -67,7 +67,7 @@ def exported_names() -> set[str]:
                                          lambda: {"v": layout.CzPolicyCounter()}))
     agent.reconcile_seconds.labels("full").observe(0.1)
     agent.entries_written.labels("put").inc()
-    agent.registry.register(RoutingCollector(["vtysh"], "ns", run=_fake_run))
+    agent.registry.register(RoutingCollector("ns", ask=_fake_ask, run=_fake_run))
     names = _names(generate_latest(agent.registry).decode())
     mig = {"state": "shifting", "step": 1, "weight_new": 0.1,
            "guards": [{"name": "loss", "ok": True}]}
@@ -197,7 +197,7 @@ def test_routing_parsers_never_raise(bad) -> None:
 
 def test_routing_collector_exports_what_it_can_read() -> None:
     reg = CollectorRegistry()
-    reg.register(RoutingCollector(["vtysh", "--vty_socket", "/x"], "czemu-gw", run=_fake_run))
+    reg.register(RoutingCollector("czemu-gw", ask=_fake_ask, run=_fake_run))
     text = generate_latest(reg).decode()
     assert 'crosszone_bgp_session_up{peer="10.2.1.1",state="Established"} 1.0' in text
     assert 'crosszone_bgp_session_up{peer="10.3.1.1",state="Active"} 0.0' in text
@@ -206,20 +206,23 @@ def test_routing_collector_exports_what_it_can_read() -> None:
     assert 'crosszone_fastpath_attached{device="s0"} 0.0' in text
     asked: list[list[str]] = []
     clock = [0.0]
-    counting = RoutingCollector(["vtysh"], None, run=lambda a: asked.append(list(a)) or None,
+    counting = RoutingCollector(None, ask=lambda d, c: asked.append([d, c]) or None,
+                                run=lambda a: asked.append(list(a)) or None,
                                 every=3.0, now=lambda: clock[0])
     for t in (0.0, 1.0, 2.9):  # one read serves the scrapes within `every` seconds
         clock[0] = t
         counting.snapshot()
-    assert len(asked) == 3  # bgp, bfd, links: once
+    assert sorted(map(tuple, asked)) == [("bfdd", "show bfd peers json"),
+                                         ("bgpd", "show bgp summary json"),
+                                         ("ip", "-j", "link", "show")]  # once each
     clock[0] = 3.0
     counting.snapshot()
     assert len(asked) == 6
     asked.clear()
     quiet = CollectorRegistry()
-    quiet.register(RoutingCollector(None, None, run=lambda a: asked.append(list(a)) or None))
+    quiet.register(RoutingCollector(None, run=lambda a: asked.append(list(a)) or None))
     assert "crosszone_" not in generate_latest(quiet).decode()  # nothing read: nothing made up
-    assert asked == [["ip", "-j", "link", "show"]]  # no FRR to ask: vtysh is not run
+    assert asked == [["ip", "-j", "link", "show"]]  # no FRR to ask: only the links are read
 
 
 def _free_port() -> int:
@@ -280,27 +283,27 @@ def test_a_real_prometheus_records_the_rates(tmp_path: Path) -> None:
 
 
 def test_a_started_routing_collector_never_makes_a_scrape_wait() -> None:
-    """Started, the collector reads in its own thread: a scrape while vtysh hangs answers at
+    """Started, the collector reads in its own thread: a scrape while bgpd hangs answers at
     once with the last reading (and its age); once that is older than max_age, the families go
     missing instead of going stale."""
     gate = threading.Event()
     calls: list[float] = []
 
-    def run(argv: Sequence[str]) -> str | None:
+    def ask(daemon: str, command: str) -> str | None:
         calls.append(time.monotonic())
-        if len(calls) > 3:  # the second reading hangs, as vtysh does under load
+        if len(calls) > 2:  # the second reading hangs, as a daemon may under load
             gate.wait(10)
-        return _fake_run(argv)
+        return _fake_ask(daemon, command)
 
-    c = RoutingCollector(["vtysh"], "czemu-gw", run=run, every=0.05, max_age=0.6)
+    c = RoutingCollector("czemu-gw", ask=ask, run=_fake_run, every=0.05, max_age=0.6)
     reg = CollectorRegistry()
     reg.register(c)
     c.start()
     try:
         deadline = time.monotonic() + 5
-        while len(calls) < 4 and time.monotonic() < deadline:
+        while len(calls) < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert len(calls) >= 4, "the reader did not come back for a second reading"
+        assert len(calls) >= 3, "the reader did not come back for a second reading"
         t0 = time.monotonic()
         text = generate_latest(reg).decode()
         assert time.monotonic() - t0 < 0.2  # served from the first reading, not waited for

@@ -92,7 +92,7 @@ def test_sessions_are_read_from_the_daemons_sockets(tmp_path: Path) -> None:
     bgp_d, bfd_d = _frr(tmp_path, lambda c: (0, json.dumps(BGP)), lambda c: (0, json.dumps(BFD)))
     with bgp_d as to_bgpd, bfd_d as to_bfdd:
         reg = CollectorRegistry()
-        reg.register(RoutingCollector(None, "czemu-gw", run=_links, ask=vty_asker(tmp_path)))
+        reg.register(RoutingCollector("czemu-gw", ask=vty_asker(tmp_path), run=_links))
         text = generate_latest(reg).decode()
     assert to_bgpd == ["enable", "show bgp summary json"]
     assert to_bfdd == ["enable", "show bfd peers json"]
@@ -109,7 +109,7 @@ def test_a_daemon_that_cannot_be_asked_yields_no_family_not_a_made_up_one(tmp_pa
     links still are."""
     with daemon(tmp_path / "bgpd.vty", lambda c: (1, "% Unknown command")):
         reg = CollectorRegistry()
-        reg.register(RoutingCollector(None, "czemu-gw", run=_links, ask=vty_asker(tmp_path)))
+        reg.register(RoutingCollector("czemu-gw", ask=vty_asker(tmp_path), run=_links))
         text = generate_latest(reg).decode()
     assert "crosszone_bgp_session_up" not in text
     assert "crosszone_bfd_session_up" not in text

@@ -93,8 +93,7 @@ def agent_cmd(
                   state_file=state_file or default_state_file(pins), read_actual=sink.read)
     fastpath_hooks(agent, maps)
     frr = routing or frr_vty
-    sessions = RoutingCollector(None, netns or None,
-                                ask=vty_asker(target.sockets) if frr else None)
+    sessions = RoutingCollector(netns or None, ask=vty_asker(target.sockets) if frr else None)
     sessions.start()  # read in its own thread: a scrape never waits for FRR
     agent.metrics.registry.register(sessions)
     if routing:

@@ -6,8 +6,8 @@ the fast path attached to its interfaces. Read at scrape time, exported as Prome
     crosszone_fastpath_attached{device}    1 when an XDP program is attached to the device
 
 BGP and BFD come from FRR's `show bgp summary json` and `show bfd peers json`, asked straight
-through bgpd's and bfdd's vty sockets (`vty_asker`, frr_vty.py), or through vtysh when only its
-argv is known; the attachment from `ip -j link show` in the gateway's namespace. A command that
+through bgpd's and bfdd's vty sockets (`vty_asker`, frr_vty.py); the attachment from
+`ip -j link show` in the gateway's namespace. A command that
 fails or answers nonsense yields no samples for its family, never a stale or made-up one.
 
 Why the sockets and not vtysh: vtysh starts a process, reads vtysh.conf and connects to every
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -40,6 +39,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from crosszone.agent.frr_vty import VtyError, run_commands
+from crosszone.agent.periodic import PeriodicReader
 
 Run = Callable[[Sequence[str]], str | None]
 #: (daemon, command) -> the daemon's answer, or None when it could not be asked
@@ -110,85 +110,43 @@ def xdp_devices(links_json: str | None) -> dict[str, bool] | None:
             for link in data if isinstance(link, dict) and link.get("ifname") not in (None, "lo")}
 
 
-class RoutingCollector(Collector):
-    """Reads FRR and the links at most once per `every` seconds. ask: how to reach the
-    gateway's FRR daemons (`vty_asker`); else vtysh: the argv prefix that reaches it (neither:
-    no FRR to ask); netns: the gateway's namespace (None: this one).
+Snapshot = dict[str, dict[str, Any] | None]
+
+
+class RoutingCollector(PeriodicReader[Snapshot], Collector):
+    """Reads FRR and the links at most once per `every` seconds. netns: the gateway's namespace
+    (None: this one); ask: how to reach the gateway's FRR daemons (`vty_asker`; None: no FRR to
+    ask, so no BGP or BFD family); run: how to run the `ip` command.
 
     Started (`start`), a thread reads every `every` seconds and a scrape only serves the last
-    reading, none once it is older than `max_age` (a reader stuck that long is itself news: the
-    families go missing). Not started (tests, one-shot use), a scrape reads when the last
-    reading is `every` seconds old.
+    reading, none once it is older than `max_age` (periodic.py). Not started (tests, one-shot
+    use), a scrape reads when the last reading is `every` seconds old.
 
-    Why `every`: the `ip` call is a process start (and a vtysh call about 30 ms of CPU), and
+    Why `every`: the `ip` call is a process start (and each FRR answer a JSON document), and
     Prometheus scrapes every second; reading at most every 3 s keeps an agent's share of a core
     low while a session going down still shows within a few seconds."""
 
-    def __init__(self, vtysh: Sequence[str] | None, netns: str | None,
+    def __init__(self, netns: str | None, ask: Ask | None = None,
                  run: Run = run_command, every: float = 3.0,
                  now: Callable[[], float] = time.monotonic,
-                 max_age: float | None = None, ask: Ask | None = None) -> None:
-        self.vtysh = list(vtysh) if vtysh else None
-        self.ask = ask
-        self.netns = netns
-        self.run = run
-        self.every, self.now = every, now
-        self.max_age = 4 * every if max_age is None else max_age
-        self._cached: tuple[float, dict[str, dict[str, Any] | None]] | None = None
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._halt = threading.Event()
+                 max_age: float | None = None) -> None:
+        super().__init__(every, 4 * every if max_age is None else max_age, "routing-reader", now)
+        self.ask, self.netns, self.run = ask, netns, run
 
-    def start(self) -> None:
-        """Read now, then every `every` seconds in a daemon thread."""
-        if self._thread is not None:
-            return
-        self._thread = threading.Thread(target=self._loop, name="routing-reader", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """End the reading thread (after the read under way, if any)."""
-        self._halt.set()
-        if self._thread is not None:
-            self._thread.join()
-
-    def _loop(self) -> None:
-        while not self._halt.is_set():
-            snap = self._read()
-            with self._lock:
-                self._cached = (self.now(), snap)
-            self._halt.wait(self.every)
-
-    def snapshot(self) -> dict[str, dict[str, Any] | None]:
+    def snapshot(self) -> Snapshot:
         """{"bgp": peer -> state, "bfd": peer -> status, "xdp": device -> attached}."""
-        t = self.now()
-        with self._lock:
-            cached = self._cached
-        if self._thread is not None:
-            if cached is None or t - cached[0] > self.max_age:
-                return {"bgp": None, "bfd": None, "xdp": None}
-            return cached[1]
-        if cached is not None and t - cached[0] < self.every:
-            return cached[1]
-        snap = self._read()
-        with self._lock:
-            self._cached = (t, snap)
-        return snap
+        if not self.started:
+            age = self.age()
+            if age is None or age >= self.every:
+                self.refresh()
+        last = self.last()
+        return last if last is not None else {"bgp": None, "bfd": None, "xdp": None}
 
-    def age(self) -> float | None:
-        """Seconds since the last reading (None before the first)."""
-        with self._lock:
-            cached = self._cached
-        return None if cached is None else max(0.0, self.now() - cached[0])
-
-    def _read(self) -> dict[str, dict[str, Any] | None]:
+    def take(self) -> Snapshot:
         bgp = bfd = None
         if self.ask is not None:
             bgp = bgp_sessions(self.ask("bgpd", "show bgp summary json"))
             bfd = bfd_sessions(self.ask("bfdd", "show bfd peers json"))
-        elif self.vtysh:
-            bgp = bgp_sessions(self.run([*self.vtysh, "-c", "show bgp summary json"]))
-            bfd = bfd_sessions(self.run([*self.vtysh, "-c", "show bfd peers json"]))
         ip = ["ip", "-n", self.netns] if self.netns else ["ip"]
         return {"bgp": bgp, "bfd": bfd, "xdp": xdp_devices(self.run([*ip, "-j", "link", "show"]))}
 

@@ -41,6 +41,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from crosszone.agent.periodic import PeriodicReader
 from crosszone.agent.routing import run_command
 from crosszone.linux import pids
 from crosszone_lab.emulate import control_plane, queues
@@ -91,50 +92,21 @@ def read(ports: Sequence[Port], names: dict[str, str], run: Run) -> Reading:
     return out
 
 
-class QueueCollector(Collector):
+class QueueCollector(PeriodicReader[Reading], Collector):
     """Serves the last reading of the ports' classes (see the module's docstring)."""
 
     def __init__(self, ports: Sequence[Port], names: dict[str, str], run: Run = run_command,
                  every: float = READ_EVERY_S, now: Callable[[], float] = time.monotonic,
                  max_age: float | None = None) -> None:
+        super().__init__(every, 3 * every if max_age is None else max_age, "queue-reader", now)
         self.ports, self.names, self.run = list(ports), dict(names), run
-        self.every, self.now = every, now
-        self.max_age = 3 * every if max_age is None else max_age
-        self._last: tuple[float, Reading] | None = None
-        self._lock = threading.Lock()
-        self._halt = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def refresh(self) -> None:
-        """Take one reading now (the thread does this every `every` seconds)."""
-        reading = read(self.ports, self.names, self.run)
-        with self._lock:
-            self._last = (self.now(), reading)
-
-    def start(self) -> None:
-        """Read now, then every `every` seconds in a daemon thread."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="queue-reader", daemon=True)
-            self._thread.start()
-
-    def stop(self) -> None:
-        """End the reading thread (after the reading under way, if any)."""
-        self._halt.set()
-        if self._thread is not None:
-            self._thread.join()
-
-    def _loop(self) -> None:
-        while not self._halt.is_set():
-            self.refresh()
-            self._halt.wait(self.every)
+    def take(self) -> Reading:
+        return read(self.ports, self.names, self.run)
 
     def reading(self) -> Reading:
         """The last reading, or {} when there is none or it is older than `max_age`."""
-        with self._lock:
-            last = self._last
-        if last is None or self.now() - last[0] > self.max_age:
-            return {}
-        return last[1]
+        return self.last() or {}
 
     def collect(self) -> Iterator[Metric]:
         """Yield the families that have samples."""

@@ -2,9 +2,9 @@
 
 examples/two-zone-policy.yaml narrowed to 2 hosts and one crosszone gateway (no legacy
 gateways: the rate is the fast path's), the traffic policy on. Both tenants share each host's
-shaped port (25 Mbit/s); tenant a runs GREEDY_LOADERS range readers per endpoint, tenant b
+shaped port (40 Mbit/s); tenant a runs GREEDY_LOADERS range readers per endpoint, tenant b
 OTHER_LOADERS. Without a rate a's connections take most of each FIFO; with a's fair share as
-its rate (`fair_rate_mbps`: 25 Mbit/s x 2 hosts / 2 tenants / 1 gateway) the token bucket
+its rate (`fair_rate_mbps`: 40 Mbit/s x 2 hosts / 2 tenants / 1 gateway) the token bucket
 drops what a sends over it (`drop_vpc_rate`) and b gets the rest. Loose bounds (short runs on
 a shared box): b's share must grow by a clear margin and come near its fair half, and a must be
 held near its rate; the figures and their conditions are `crosszone bench fairness`'s
@@ -34,7 +34,7 @@ GREEDY, GREEDY_LOADERS, OTHER_LOADERS = "a", 6, 2
 @pytest.fixture(scope="module")
 def dep() -> Iterator[deploy.Deployment]:
     """Two hosts, one crosszone gateway, queues on the host ports; always taken down."""
-    spec = topology.load(POLICY)
+    spec = fairness.bench_spec(topology.load(POLICY))  # 40 Mbit/s, as the bench runs it
     spec = topology.parse(spec.model_dump(mode="json") | {
         "hosts": 2, "gateways": {"crosszone": 1, "legacy": 0}, "active": "crosszone"},
         source=str(POLICY))

@@ -34,20 +34,30 @@ def test_a_real_time_hog_on_one_cpu_is_recorded_as_a_stall_of_that_cpu() -> None
     cpu = sorted(os.sched_getaffinity(0))[-1]
     with StallWatch(threshold_ms=20) as w:
         time.sleep(0.5)  # the sentinels are up
+        r, wr = os.pipe()
+        t_fork = time.time_ns()
         pid = os.fork()
         if pid == 0:  # a SCHED_FIFO thread above the sentinel spins for 250 ms on `cpu`
             try:
+                os.close(r)
                 os.sched_setaffinity(0, {cpu})
                 os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(90))
+                t_spin = time.time_ns()  # the sentinel on `cpu` last ran before this
                 end = time.monotonic() + 0.25
                 while time.monotonic() < end:
                     pass
+                os.write(wr, str(t_spin).encode())
             finally:
                 os._exit(0)
-        t_hog = time.time_ns()
+        # The parent's own clock reading after fork may wait behind the hog (it may share `cpu`
+        # on a busy box), so the hog's start is what the child itself read once it ran.
+        os.close(wr)
         os.waitpid(pid, 0)
+        t_spin = int(os.read(r, 64) or b"0")
+        os.close(r)
         time.sleep(0.1)
+    assert t_spin >= t_fork, "the hog did not report when it started spinning"
     hits = [s for s in w.stalls if s.cpu == cpu and s.gap_ms >= 200]
     assert hits, w.stalls
-    assert abs(hits[0].start_ns - t_hog) < 200_000_000
+    assert t_fork - 100_000_000 <= hits[0].start_ns <= t_spin + 20_000_000, (t_fork, t_spin, hits)
     assert w.explaining(hits[0].end_ns, 200, cpus={cpu}) == hits[0]

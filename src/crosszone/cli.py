@@ -64,7 +64,7 @@ LAB_EXTENDS = ("bench", "fastpath", "migrate", "plan", "simulate")
 LAB_COMMANDS: dict[str, tuple[str, ...]] = {
     "": ("emulate", "workload", "demo"),
     "bench": ("fastpath", "forward", "control", "simulate", "policy", "fairness", "failover",
-              "switches", "migrate"),
+              "switches", "migrate", "store-watch"),
     "fastpath": ("run",),
 }
 

@@ -356,6 +356,21 @@ def bench_migrate(
         raise typer.Exit(130)
 
 
+def bench_store_watch(
+    as_json: bool = typer.Option(True, "--json/--no-json", help="JSON lines (the only format)."),
+    rounds: int = typer.Option(3, min=1, help="Rounds; each runs both modes, in turns."),
+    idle: float = typer.Option(5.0, min=0.1, help="Seconds of the idle watch per round."),
+    writes: int = typer.Option(200, min=1, help="Writes by another process per round."),
+) -> None:
+    """The SQLite store's watch, inotify against a 2 ms poll: idle CPU and write-to-watch
+    delay (JSON)."""
+    from crosszone_lab.bench.store_watch import run
+
+    with Progress("bench store-watch") as p:
+        p.step(f"{rounds} rounds: {idle:g} s idle, {writes} writes, each mode")
+        run(_emitter(p), rounds, idle, writes)
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add every benchmark to `crosszone bench`."""
     bench_app.command("fastpath")(bench_fastpath)
@@ -367,3 +382,4 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     bench_app.command("failover")(bench_failover)
     bench_app.command("switches")(bench_switches)
     bench_app.command("migrate")(bench_migrate)
+    bench_app.command("store-watch")(bench_store_watch)

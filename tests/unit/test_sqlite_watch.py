@@ -125,6 +125,27 @@ def test_a_write_by_another_thread_wakes_the_watch_and_each_thread_has_its_own(
         t.join(timeout=30)
     assert got == {"w1": ["a/x"], "w2": ["a/x"]}
     assert len(store._instances) == 2
+    store.close()
+
+
+def test_threads_past_the_limit_poll_and_still_see_writes(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "s.db"))
+    store.max_notify_threads = 1
+    rev = store.revision()
+    got: dict[str, list[str]] = {}
+
+    def watcher(name: str) -> None:
+        got[name] = [e.key for e in store.watch("a/", rev, 20.0)]
+    for n in ("w1", "w2", "w3"):
+        threading.Thread(target=watcher, args=(n,)).start()
+    time.sleep(0.2)
+    store.put_many({"a/x": b"1"})
+    deadline = time.monotonic() + 30
+    while len(got) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert got == {"w1": ["a/x"], "w2": ["a/x"], "w3": ["a/x"]}
+    assert len(store._instances) == 1, "more inotify instances than the store may take"
+    store.close()
 
 
 def test_without_inotify_the_watch_polls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -149,6 +170,7 @@ def _inotify_fds() -> int:
 
 
 def test_close_and_garbage_collection_close_the_inotify_instances(tmp_path: Path) -> None:
+    gc.collect()  # stores other tests left to the collector
     before = _inotify_fds()
     store = SqliteStore(str(tmp_path / "s.db"))
     store.watch("a/", store.revision(), 0.01)

@@ -20,6 +20,7 @@ dropped revision gets `RevisionCompacted` and reads the whole state again, as wi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -45,6 +46,11 @@ HOT_S = 1.0
 class SqliteStore(Store):
     """A Store in one SQLite file."""
 
+    #: Threads of one store that may hold an inotify instance; the others poll. Instances are
+    #: a per-user resource (`fs.inotify.max_user_instances`, 128 by default) that other
+    #: software on the host needs too.
+    max_notify_threads = 8
+
     def __init__(self, path: str, poll_s: float = 0.002,
                  sleep: Callable[[float], None] = time.sleep,
                  now: Callable[[], float] = time.monotonic, max_log_rows: int = 20_000,
@@ -62,6 +68,7 @@ class SqliteStore(Store):
             and not path.startswith("file:")
         self._changed_at = float("-inf")  # when a watch last saw the files change
         self._local = threading.local()
+        self._notify_lock = threading.Lock()
         self._instances: list[DirChanges] = []  # every thread's, closed with the store
         weakref.finalize(self, _close_all, self._instances)
         self._lock = threading.Lock()
@@ -189,13 +196,13 @@ class SqliteStore(Store):
         local = self._local
         if not hasattr(local, "changes"):
             path = os.path.abspath(self.path)
-            try:
-                local.changes = DirChanges(os.path.dirname(path), os.path.basename(path))
-            except OSError:
-                local.changes = None  # this thread polls
-            else:
-                with self._lock:
-                    self._instances.append(local.changes)
+            local.changes = None  # this thread polls
+            with self._notify_lock:
+                if len(self._instances) < self.max_notify_threads:
+                    with contextlib.suppress(OSError):
+                        local.changes = DirChanges(os.path.dirname(path),
+                                                   os.path.basename(path))
+                        self._instances.append(local.changes)
         return local.changes  # type: ignore[no-any-return]
 
     def _watch(self, prefix: str, after: int, deadline: float,
@@ -246,6 +253,7 @@ class SqliteStore(Store):
         """Close the database and the watches' inotify instances."""
         with self._lock:
             self._db.close()
+        with self._notify_lock:
             _close_all(self._instances)
 
 

@@ -80,14 +80,22 @@ def vpc_table(doc: dict[str, Any]) -> Table:
     return t
 
 
+def _pivot(doc: dict[str, Any], label: str, fields: tuple[tuple[str, str, float], ...]
+           ) -> dict[tuple[str, str], dict[str, float | None]]:
+    """(series[label], series["class"]) -> {field: latest value / scale} for each (series key,
+    field, scale) in `fields`."""
+    rows: dict[tuple[str, str], dict[str, float | None]] = {}
+    for key, field, scale in fields:
+        for s in latest(doc["series"].get(key, [])):
+            v = s["value"]
+            rows.setdefault((s[label], s["class"]), {})[field] = None if v is None else v / scale
+    return rows
+
+
 def class_rows(doc: dict[str, Any]) -> dict[tuple[str, str], dict[str, float | None]]:
     """(vpc, class) -> {"mbps", "pps", "rate_drops"} of the traffic policy, now (rate drops are
     the VPC's, whatever the class: shown on each of its rows)."""
-    rows: dict[tuple[str, str], dict[str, float | None]] = {}
-    for key, field, scale in (("class_bits", "mbps", 1e6), ("class_packets", "pps", 1.0)):
-        for s in latest(doc["series"].get(key, [])):
-            v = s["value"]
-            rows.setdefault((s["vpc"], s["class"]), {})[field] = None if v is None else v / scale
+    rows = _pivot(doc, "vpc", (("class_bits", "mbps", 1e6), ("class_packets", "pps", 1.0)))
     drops = {s["vpc"]: s["value"] for s in latest(doc["series"].get("rate_drops", []))}
     for (vpc, _), row in rows.items():
         row["rate_drops"] = drops.get(vpc)
@@ -116,13 +124,8 @@ QUEUE_CLASS_ORDER = {"small": 0, "default": 1, "bulk": 2}
 def queue_rows(doc: dict[str, Any]) -> dict[tuple[str, str], dict[str, float | None]]:
     """(group, class) -> {"mbps", "drops", "backlog_kib"} of the shaped queues, now (empty when
     nothing exports queue counters)."""
-    rows: dict[tuple[str, str], dict[str, float | None]] = {}
-    for key, field, scale in (("queue_bits", "mbps", 1e6), ("queue_drops", "drops", 1.0),
-                              ("queue_backlog", "backlog_kib", 1024.0)):
-        for s in latest(doc["series"].get(key, [])):
-            v = s["value"]
-            rows.setdefault((s["group"], s["class"]), {})[field] = None if v is None else v / scale
-    return rows
+    return _pivot(doc, "group", (("queue_bits", "mbps", 1e6), ("queue_drops", "drops", 1.0),
+                                 ("queue_backlog", "backlog_kib", 1024.0)))
 
 
 def queue_table(doc: dict[str, Any]) -> Table | None:

@@ -95,32 +95,35 @@ function drawVpcs(doc) {
   }));
 }
 
-// The traffic policy per VPC and class (small | bulk): so an operator sees which class pays.
-function drawClasses(doc) {
+// The latest value of each (series[label], class) of the given series: [[series, field, scale]].
+function pivot(doc, label, fields) {
   const rows = {};
-  const put = (series, field, scale) => {
-    for (const s of series || []) {
-      const key = `${s.vpc}\u0000${s["class"]}`;
-      rows[key] = rows[key] || {vpc: s.vpc, cls: s["class"]};
+  for (const [series, field, scale] of fields) {
+    for (const s of doc.series[series] || []) {
+      const key = `${s[label]}\u0000${s["class"]}`;
+      rows[key] = rows[key] || {[label]: s[label], cls: s["class"]};
       rows[key][field] = last(s.values) === null ? null : last(s.values) / scale;
     }
-  };
-  put(doc.series.class_bits, "mbps", 1e6);
-  put(doc.series.class_packets, "pps", 1);
+  }
+  return rows;
+}
+
+function numCell(field, value, digits, bad) {
+  return el("td", {class: bad ? "num bad" : "num", "data-field": field, "data-value": value ?? ""},
+            fmt(value, digits));
+}
+
+// The traffic policy per VPC and class (small | bulk): so an operator sees which class pays.
+function drawClasses(doc) {
+  const rows = pivot(doc, "vpc", [["class_bits", "mbps", 1e6], ["class_packets", "pps", 1]]);
   const drops = {};
   for (const s of doc.series.rate_drops || []) drops[s.vpc] = last(s.values);
   replaceRows(document.querySelector("#classes tbody"), Object.keys(rows).sort().map((k) => {
     const r = rows[k];
-    const tr = el("tr", {"data-vpc": r.vpc, "data-class": r.cls});
-    tr.append(el("td", {}, r.vpc));
-    tr.append(el("td", {}, r.cls));
-    tr.append(el("td", {class: "num", "data-field": "mbps", "data-value": r.mbps ?? ""},
-                 fmt(r.mbps, 3)));
-    tr.append(el("td", {class: "num", "data-field": "pps", "data-value": r.pps ?? ""},
-                 fmt(r.pps, 0)));
     const d = drops[r.vpc] ?? null;
-    tr.append(el("td", {class: d ? "num bad" : "num", "data-field": "rate_drops",
-                        "data-value": d ?? ""}, fmt(d, 1)));
+    const tr = el("tr", {"data-vpc": r.vpc, "data-class": r.cls});
+    tr.append(el("td", {}, r.vpc), el("td", {}, r.cls), numCell("mbps", r.mbps, 3),
+              numCell("pps", r.pps, 0), numCell("rate_drops", d, 1, d));
     return tr;
   }));
 }
@@ -130,17 +133,8 @@ function drawClasses(doc) {
 const QUEUE_CLASS_ORDER = {small: 0, default: 1, bulk: 2};
 
 function drawQueues(doc) {
-  const rows = {};
-  const put = (series, field, scale) => {
-    for (const s of series || []) {
-      const key = `${s.group}\u0000${s["class"]}`;
-      rows[key] = rows[key] || {group: s.group, cls: s["class"]};
-      rows[key][field] = last(s.values) === null ? null : last(s.values) / scale;
-    }
-  };
-  put(doc.series.queue_bits, "mbps", 1e6);
-  put(doc.series.queue_drops, "drops", 1);
-  put(doc.series.queue_backlog, "backlog_kib", 1024);
+  const rows = pivot(doc, "group", [["queue_bits", "mbps", 1e6], ["queue_drops", "drops", 1],
+                                    ["queue_backlog", "backlog_kib", 1024]]);
   const order = (r) => [r.group, QUEUE_CLASS_ORDER[r.cls] ?? 3, r.cls];
   const sorted = Object.values(rows).sort((a, b) => {
     const x = order(a), y = order(b);
@@ -150,14 +144,8 @@ function drawQueues(doc) {
   document.getElementById("queues-section").hidden = sorted.length === 0;
   replaceRows(document.querySelector("#queues tbody"), sorted.map((r) => {
     const tr = el("tr", {"data-group": r.group, "data-class": r.cls});
-    tr.append(el("td", {}, r.group));
-    tr.append(el("td", {}, r.cls));
-    tr.append(el("td", {class: "num", "data-field": "mbps", "data-value": r.mbps ?? ""},
-                 fmt(r.mbps, 3)));
-    tr.append(el("td", {class: r.drops ? "num bad" : "num", "data-field": "drops",
-                        "data-value": r.drops ?? ""}, fmt(r.drops, 1)));
-    tr.append(el("td", {class: "num", "data-field": "backlog_kib",
-                        "data-value": r.backlog_kib ?? ""}, fmt(r.backlog_kib, 1)));
+    tr.append(el("td", {}, r.group), el("td", {}, r.cls), numCell("mbps", r.mbps, 3),
+              numCell("drops", r.drops, 1, r.drops), numCell("backlog_kib", r.backlog_kib, 1));
     return tr;
   }));
 }

@@ -1,6 +1,12 @@
-"""The workload worker's goodput window, without a network: a fake clock and fake responses."""
+"""The workload worker's goodput window: a fake clock and fake responses, and one real HTTP
+response over loopback."""
 
 from __future__ import annotations
+
+import http.client
+import socket
+import threading
+import time
 
 import pytest
 
@@ -45,6 +51,43 @@ def test_read_exact_reports_every_chunk_and_stops_at_the_end() -> None:
     assert worker._read_exact(_Response([30, 30, 30]), buf, seen.append) == 90  # type: ignore[arg-type]
     assert seen == [30, 30, 30]
     assert worker._read_exact(_Response([60, 60]), buf) == 100  # type: ignore[arg-type]
+
+
+def test_a_real_response_is_counted_as_it_arrives_not_when_the_block_is_complete() -> None:
+    """A 1 MiB body sent in 4 pieces 0.3 s apart over a real socket: the bytes of the first
+    pieces are reported before the last one is sent (http.client's readinto on a buffered socket
+    file would otherwise fill the whole buffer first and report 1 MiB once, at the end)."""
+    size, pieces, gap = 1 << 20, 4, 0.3
+    srv = socket.create_server(("127.0.0.1", 0))
+    sent_last = threading.Event()
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 206 Partial Content\r\nContent-Length: %d\r\n\r\n" % size)
+            for i in range(pieces):
+                if i:
+                    time.sleep(gap)
+                if i == pieces - 1:
+                    sent_last.set()
+                conn.sendall(b"x" * (size // pieces))
+    t = threading.Thread(target=serve)
+    t.start()
+    client = http.client.HTTPConnection("127.0.0.1", srv.getsockname()[1], timeout=10)
+    client.request("GET", "/dataset/shard-00000.bin", headers={"Range": "bytes=0-1048575"})
+    resp = client.getresponse()
+    seen: list[tuple[int, bool]] = []
+    buf = memoryview(bytearray(size))
+    got = worker._read_exact(resp, buf, lambda n: seen.append((n, sent_last.is_set())))
+    t.join()
+    client.close()
+    srv.close()
+    assert got == size and sum(n for n, _ in seen) == size
+    assert max(n for n, _ in seen) <= worker.READ_SLICE
+    early = sum(n for n, last in seen if not last)
+    assert early >= (pieces - 1) * size // pieces - worker.READ_SLICE, \
+        f"only {early} of {size} bytes counted before the last piece was sent"
 
 
 def test_only_bytes_between_the_warmup_and_the_deadline_are_timed() -> None:

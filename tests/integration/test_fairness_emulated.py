@@ -2,9 +2,9 @@
 
 examples/two-zone-policy.yaml narrowed to 2 hosts and one crosszone gateway (no legacy
 gateways: the rate is the fast path's), the traffic policy on. Both tenants share each host's
-shaped port (40 Mbit/s); tenant a runs GREEDY_LOADERS range readers per endpoint, tenant b
+shaped port (25 Mbit/s); tenant a runs GREEDY_LOADERS range readers per endpoint, tenant b
 OTHER_LOADERS. Without a rate a's connections take most of each FIFO; with a's fair share as
-its rate (`fair_rate_mbps`: 40 Mbit/s x 2 hosts / 2 tenants / 1 gateway) the token bucket
+its rate (`fair_rate_mbps`: 25 Mbit/s x 2 hosts / 2 tenants / 1 gateway) the token bucket
 drops what a sends over it (`drop_vpc_rate`) and b gets the rest. Loose bounds (short runs on
 a shared box): b's share must grow by a clear margin and come near its fair half, and a must be
 held near its rate; the figures and their conditions are `crosszone bench fairness`'s
@@ -21,7 +21,7 @@ from emulate_helpers import deployed, require
 from rich.console import Console
 
 from crosszone_lab.bench import fairness
-from crosszone_lab.emulate import deploy, topology
+from crosszone_lab.emulate import demo, deploy, topology
 from crosszone_lab.emulate import policy as pol
 from crosszone_lab.workload import runner
 
@@ -34,7 +34,7 @@ GREEDY, GREEDY_LOADERS, OTHER_LOADERS = "a", 6, 2
 @pytest.fixture(scope="module")
 def dep() -> Iterator[deploy.Deployment]:
     """Two hosts, one crosszone gateway, queues on the host ports; always taken down."""
-    spec = fairness.bench_spec(topology.load(POLICY))  # 40 Mbit/s, as the bench runs it
+    spec = topology.load(POLICY)
     spec = topology.parse(spec.model_dump(mode="json") | {
         "hosts": 2, "gateways": {"crosszone": 1, "legacy": 0}, "active": "crosszone"},
         source=str(POLICY))
@@ -46,7 +46,7 @@ def _round(d: deploy.Deployment, rate: int | None) -> dict[str, object]:
     d.plan = pol.apply(d.ex, pol.with_vpc_rates(d.plan, {GREEDY: rate}))
     more = {e.name: GREEDY_LOADERS for e in d.plan.endpoints if e.vpc.name == GREEDY}
     drops0 = fairness.vpc_rate_drops(d.ex, d.plan)
-    res = runner.run(topology.workload_targets(d.plan), duration=SECONDS, loaders=OTHER_LOADERS,
+    res = runner.run(demo.policy_targets(d.plan), duration=SECONDS, loaders=OTHER_LOADERS,
                      console=Console(quiet=True), warmup=WARMUP, loaders_for=more,
                      small_apart=True)
     line = fairness.round_line("on" if rate else "off", 0, res, GREEDY, SECONDS - WARMUP,

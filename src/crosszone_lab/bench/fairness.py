@@ -1,19 +1,20 @@
 """`crosszone bench fairness`: two tenants, one greedy, without and with a per-tenant rate.
 
 The deployment of examples/two-zone-policy.yaml through the crosszone gateways: both VPCs share
-every GPU host and so every shaped port toward the hosts (the bottleneck: 40 Mbit/s per host,
-RATE_MBIT, whatever the topology's rate). The greedy tenant (`--greedy`, VPC a) runs
-`--greedy-loaders` range readers per endpoint (6), the other `--other-loaders` (2, as in `bench
-policy`); both write checkpoints and send small requests. Without a rate the greedy tenant's
-many TCP connections take most of each FIFO; with `rate_mbps` on its VPC (the intent's
-per-tenant rate: a token bucket per VPC in the fast path of every gateway) it is held to that
-rate, and the other tenant gets the rest. The traffic policy is on in every round
+every GPU host and so every shaped port toward the hosts (the bottleneck: 25 Mbit/s per host,
+the topology's rate). The greedy tenant (`--greedy`, VPC a) runs `--greedy-loaders` range
+readers per endpoint (6), the other `--other-loaders` (2, as in `bench policy`); both write
+checkpoints, in parts that fit the shaped storage ports as in `bench policy`
+(`demo.policy_targets`: larger ones time out), and send small requests. Without a rate the
+greedy tenant's many TCP connections take most of each FIFO; with `rate_mbps` on its VPC (the
+intent's per-tenant rate: a token bucket per VPC in the fast path of every gateway) it is held
+to that rate, and the other tenant gets the rest. The traffic policy is on in every round
 (`--no-policy`: off), as a deployment would run both: with it off the rounds moved a third less
 in all, with checkpoint timeouts (docs/policy.md), so what the rate frees was not used.
 
 The rate is per gateway (each gateway has its own bucket). By default it is the greedy tenant's
 fair share of the shaped host ports spread over the crosszone gateways (`fair_rate_mbps`):
-40 Mbit/s x 4 hosts / 2 tenants / 2 gateways = 40 Mbit/s here. A rate above that share holds
+25 Mbit/s x 4 hosts / 2 tenants / 2 gateways = 25 Mbit/s here. A rate above that share holds
 back nothing the ports have not already held back.
 
 One JSON line per round and setting, `{"fairness": "off"|"on", "round", "cpu_busy", "tenants":
@@ -38,18 +39,12 @@ from rich.console import Console
 from crosszone.abi.objects import ROOT
 from crosszone.linux import netns
 from crosszone_lab.bench.policy import busy_share
-from crosszone_lab.emulate import deploy, kinds, topology
+from crosszone_lab.emulate import demo, deploy, kinds, topology
 from crosszone_lab.emulate import policy as pol
 from crosszone_lab.emulate.demo import cpu_sample
 from crosszone_lab.workload import runner
 
 POLICY_TOPOLOGY = ROOT / "examples" / "two-zone-policy.yaml"
-# The shaped ports' rate this bench runs at, whatever the topology says: its bounds and figures
-# (docs/policy.md, tests/integration/test_fairness_emulated.py) were measured at 40 Mbit/s. The
-# policy topology shapes at 25 since issue 27 (`bench policy`); at 25 the fairness test's
-# deployment (2 hosts, 1 gateway, the topology's 4 MiB checkpoint parts: 67 Mbit/s into 50) once
-# moved 6.8 Mbit/s in all, both tenants, rate off and on, which is not understood yet.
-RATE_MBIT = 40
 Emit = Callable[[dict[str, Any]], None]
 # The other tenants' share of the bulk goodput with the rate on must reach this much of their
 # fair share: rounds of 15 s on a shared 2-core box move a few percent either way.
@@ -71,14 +66,6 @@ def tenants(res: runner.WorkloadResult, seconds: float) -> dict[str, dict[str, f
     return {vpc: {"bulk_gbps": round(r.gbps(r.timed_read_bytes), 4),
                   "small_p99_ms": round(r.percentile_us(0.99) / 1000, 3)}
             for vpc, r in sorted(by.items())}
-
-
-def bench_spec(spec: topology.TopologySpec) -> topology.TopologySpec:
-    """`spec` with its shaped ports at RATE_MBIT (a topology without `queues:` stays so)."""
-    if spec.queues is None:
-        return spec
-    return spec.model_copy(update={"queues": spec.queues.model_copy(
-        update={"rate_mbit": RATE_MBIT})})
 
 
 def fair_rate_mbps(p: topology.Plan) -> int:
@@ -145,7 +132,7 @@ def run_bench(emit: Emit, rounds: int = 2, duration: float = 15.0, warmup: float
     marking on in every round); always takes the deployment down."""
     console = Console(stderr=True)
     ex = netns.Executor()
-    spec = bench_spec(topology.load(topology_file))
+    spec = topology.load(topology_file)
     if greedy not in {v.name for v in spec.vpcs}:
         raise ValueError(f"no VPC {greedy!r} in {topology_file}")
     p = topology.plan(spec)
@@ -162,7 +149,7 @@ def run_bench(emit: Emit, rounds: int = 2, duration: float = 15.0, warmup: float
                 p = pol.apply(ex, pol.with_vpc_rates(
                     p, {greedy: rate if setting == "on" else None}))
                 drops0, c0, t0 = vpc_rate_drops(ex, p), cpu_sample(), time.monotonic()
-                res = runner.run(topology.workload_targets(p), duration=duration,
+                res = runner.run(demo.policy_targets(p), duration=duration,
                                  loaders=other_loaders, console=console, warmup=warmup,
                                  loaders_for=more, small_apart=True)
                 busy = busy_share(c0, t0)

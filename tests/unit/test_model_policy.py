@@ -6,7 +6,7 @@ The same model is compared packet for packet with the kernel in tests/fastpath/t
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.inet6 import IPv6
 
@@ -146,14 +146,22 @@ def test_a_small_flow_never_moves():
 
 
 def _independent_marks(seq):
-    """PIAS by the book: per flow, bytes since it was last idle for IDLE_TICKS jiffies."""
+    """PIAS per message, by the book: per flow, the bytes since it last started a message. A flow
+    idle for IDLE_TICKS jiffies is forgotten; a flow still under ELEPHANT_BYTES and silent for
+    GAP_TICKS jiffies starts a new message (a demoted one stays bulk until forgotten); a TCP
+    segment without payload (SYN, ACK, FIN) is small and leaves its flow's state alone."""
     seen: dict[int, tuple[int, int]] = {}
     now = T0
     for i, payload, after, _ in seq:
         now += after
+        if payload == 0 and not FLOWS[i].udp:
+            yield SMALL_DSCP
+            continue
         sent, last = seen.get(i, (0, None))
-        if last is not None and now // TICK_NS - last // TICK_NS >= IDLE_TICKS:
-            sent = 0
+        if last is not None:
+            idle = now // TICK_NS - last // TICK_NS
+            if idle >= IDLE_TICKS or (sent < ELEPHANT_BYTES and idle >= GAP_TICKS):
+                sent = 0
         yield SMALL_DSCP if sent < ELEPHANT_BYTES else BULK_DSCP
         seen[i] = (sent + FLOWS[i].ip_bytes(payload), now)
 
@@ -168,6 +176,9 @@ def _l4_valid(ip) -> bool:
 
 @settings(max_examples=60, deadline=None)
 @given(seq=steps)
+@example(seq=[(2, 415, 0, 0), (2, 993, 0, 0), (2, 993, 0, 0), (2, 1359, 0, 0), (2, 0, 0, 0)])
+@example(seq=[(0, 1400, 0, 0), (0, 1400, GAP_TICKS * TICK_NS, 0), (0, 1400, 0, 0),
+              (0, 1400, 0, 0), (0, 1400, 0, 0)])
 def test_marks_follow_bytes_sent_and_keep_ecn_and_checksums(seq):
     run = Run(policy_tables())
     for (i, payload, after, ecn), want in zip(seq, _independent_marks(seq)):

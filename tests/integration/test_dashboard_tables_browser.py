@@ -5,15 +5,13 @@ answers from a table (no emulation needed)."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
+from app_server import serving
 from crosszone.control import dashboard
 from crosszone.control.api import create_app
 from crosszone.control.service import Controller
@@ -58,20 +56,10 @@ class TableProm:
 def controller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.setattr(dashboard, "PrometheusReader", TableProm)
     store = SqliteStore(str(tmp_path / "s.db"))
-    app = create_app(Controller(store), "s3cret", prometheus="http://prom.test")
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "controller did not start"
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}"
+        with serving(create_app(Controller(store), "s3cret", prometheus="http://prom.test")) as url:
+            yield url
     finally:
-        server.should_exit = True
-        thread.join(10)
         store.close()
 
 

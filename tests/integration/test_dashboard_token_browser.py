@@ -5,14 +5,12 @@ The controller runs in this process on 127.0.0.1 (no emulation needed)."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 
+from app_server import serving
 from crosszone.control.api import create_app
 from crosszone.control.service import Controller
 from crosszone.store.sqlite_store import SqliteStore
@@ -34,19 +32,10 @@ def controller(tmp_path: Path) -> Iterator[str]:
     (charts / "link.svg").symlink_to(tmp_path / "secret.svg")  # not served, not listed
     store = SqliteStore(str(tmp_path / "s.db"))
     app = create_app(Controller(store), TOKEN, open_reads=False, charts_dir=charts)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "controller did not start"
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}"
+        with serving(app) as url:
+            yield url
     finally:
-        server.should_exit = True
-        thread.join(10)
         store.close()
 
 

@@ -6,18 +6,16 @@ from __future__ import annotations
 
 import io
 import json
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 from rich.console import Console
 
+from app_server import serving
 from crosszone.control.api import create_app
 from crosszone.control.service import Controller
 from crosszone.progress import Progress
@@ -93,25 +91,11 @@ def test_bench_json_keeps_progress_off_stdout() -> None:
 @pytest.fixture
 def controller(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A real controller over HTTP on a free loopback port, in a thread."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     store = SqliteStore(str(tmp_path / "s.db"), poll_s=0.001)
-    server = uvicorn.Server(uvicorn.Config(create_app(Controller(store), "s3cret"),
-                                           host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "controller did not start"
-        time.sleep(0.05)
     token = tmp_path / "token"
     token.write_text("s3cret\n")
-    try:
-        yield f"http://127.0.0.1:{port}", token
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with serving(create_app(Controller(store), "s3cret"), start_timeout=10) as url:
+        yield url, token
 
 
 def test_apply_json_and_top(controller) -> None:

@@ -12,7 +12,7 @@ an added VPC changes only its own lines and is learnt; a removed VPC is withdraw
 an added VPC are written while FRR does not announce it yet, and those of a removed one after
 FRR withdrew it; a prefix removed by hand in FRR is put back at the next check; a
 link-bandwidth weight reaches the router; the BGP session never resets (the router's count of
-established and dropped connections does not move after the first apply); and
+established and dropped connections does not move once the new session has settled); and
 /etc/frr/frr.conf is left as it was.
 
 Namespaces `czt23-<pid>-gw` / `-rt`: unique, and never the emulator's `cz-*`/`czemu-*`.
@@ -179,6 +179,21 @@ def _session(lab: Lab) -> dict[str, Any]:
     return _json(lab.rt, f"show bgp neighbors {GW_ADDR} json").get(GW_ADDR, {})
 
 
+#: how long both sides must have been Established, BFD up, before the baseline
+SETTLE_S = 5.0
+
+
+def _settled(lab: Lab) -> bool:
+    """Both bgpds see the session Established for SETTLE_S and both bfdds see BFD up."""
+    views = (_session(lab), _json(lab.gw, f"show bgp neighbors {RT_ADDR} json").get(RT_ADDR, {}))
+    if not all(v.get("bgpState") == "Established"
+               and v.get("bgpTimerUpMsec", 0) >= SETTLE_S * 1000 for v in views):
+        return False
+    return all(any(p.get("status") == "up" for p in json.loads(frr.vtysh("show bfd peers json")
+                                                                  or "[]"))
+               for frr in (lab.gw, lab.rt))
+
+
 def _added_lines_mention_only(changes: tuple[str, ...], needle: str) -> bool:
     """Every changed line is context (a node line) or about `needle`."""
     context = ("router bgp", " address-family", "ip prefix-list", "exit")
@@ -218,15 +233,16 @@ def test_agent_applies_intent_changes_to_frr_without_resetting_sessions(lab: Lab
         # the IPv4 routes reach the router's kernel through the gateway
         kernel = sh("ip", "-n", lab.rt_ns, "route", "show", "100.64.0.0/16").stdout
         assert "via 10.77.0.2" in kernel
-        # The baseline: a new neighbour's first session may be reset once right after it
-        # comes up ("No AFI/SAFI activated for peer" or "Cease/BFD Down", docs/routing.md);
-        # from here on no apply may touch it.
+        # The baseline. A new neighbour's session is born with some churn in FRR 8.4, not from
+        # an apply (docs/routing.md): each side's bgpd re-registers its BFD session with the
+        # local address and interface once its first connection is up, bfdd starts that
+        # session Down, and a bgpd whose first session was Up resets BGP ("Cease/BFD Down");
+        # a connection collision can add a short-lived establishment. All of it follows the
+        # first establishment on each side within milliseconds, so the baseline is taken once
+        # both sides have been Established for SETTLE_S with BFD up at both ends; from there on
+        # no apply may touch the session.
+        _wait("the session to settle", lambda: _settled(lab), timeout=90)
         up = _session(lab)
-        assert up["connectionsEstablished"] <= 2, {  # the reset's cause, not a truncated dict
-            k: up.get(k) for k in ("connectionsEstablished", "connectionsDropped",
-                                   "lastResetDueTo", "lastNotificationReason",
-                                   "lastErrorCodeSubcode", "bgpTimerUpEstablishedEpoch")}
-
         # the same intent again: nothing to apply
         assert owner.applier.apply(owner.applied.config).empty  # type: ignore[union-attr]
 

@@ -274,9 +274,10 @@ class Deployment:
             prometheus.start({g.name: control_plane.agent_metrics(g)
                               for g in control_plane.gateways(self.plan)},
                              control_plane.controller_url(), queues=queue_target)
-        # A gateway's first session with a router is reset once right after it comes up (FRR
-        # 8.4, a neighbour its agent has just added: docs/routing.md), and back 2 s later: wait
-        # that out, so nothing is switched onto a session about to drop.
+        # A gateway's new session with a router is born with some churn (FRR 8.4 re-registers
+        # the BFD session once the first connection is up, and resets BGP if BFD was already
+        # up: docs/routing.md), back 2 s later: wait that out, so nothing is switched onto a
+        # session about to drop.
         self.wait_sessions(settled_s=SETTLED_S if any(state.fastpath.values()) else 0.0)
         state.complete = True
         st.save(state)

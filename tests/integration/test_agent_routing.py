@@ -189,9 +189,13 @@ def _settled(lab: Lab) -> bool:
     if not all(v.get("bgpState") == "Established"
                and v.get("bgpTimerUpMsec", 0) >= SETTLE_S * 1000 for v in views):
         return False
-    return all(any(p.get("status") == "up" for p in json.loads(frr.vtysh("show bfd peers json")
-                                                                  or "[]"))
-               for frr in (lab.gw, lab.rt))
+    return _bfd_up(lab.gw) and _bfd_up(lab.rt)
+
+
+def _bfd_up(frr: FrrNs) -> bool:
+    """Whether this FRR's bfdd has a BFD session up."""
+    return any(p.get("status") == "up" for p in json.loads(frr.vtysh("show bfd peers json")
+                                                             or "[]"))
 
 
 def _added_lines_mention_only(changes: tuple[str, ...], needle: str) -> bool:
@@ -228,8 +232,7 @@ def test_agent_applies_intent_changes_to_frr_without_resetting_sessions(lab: Lab
         assert set(owner.status()["announced"]) == first
         _wait("the session", lambda: _session(lab).get("bgpState") == "Established")
         _wait("the router to learn the prefixes", lambda: _learnt(lab) >= first)
-        _wait("BFD up", lambda: any(p.get("status") == "up" for p in
-                                    json.loads(lab.rt.vtysh("show bfd peers json") or "[]")))
+        _wait("BFD up", lambda: _bfd_up(lab.rt))
         # the IPv4 routes reach the router's kernel through the gateway
         kernel = sh("ip", "-n", lab.rt_ns, "route", "show", "100.64.0.0/16").stdout
         assert "via 10.77.0.2" in kernel
